@@ -1,0 +1,148 @@
+"""Issue 2 benchmarks: next-hop decision cost, and in-process convergence at scale.
+
+    .venv/bin/python benchmarks/core_bench.py            # everything (grid4-2025 takes minutes)
+    .venv/bin/python benchmarks/core_bench.py --quick    # next-hop table + graph-250 only
+
+Targets: <= 5 us per next-hop decision and <= 2x growth from 100 to 10 000
+table entries; grid4-2025 converged (virtual clock) in <= 60 s wall and <= 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from node.core import wire  # noqa: E402
+from node.core.crypto import Identity, derive_seed  # noqa: E402
+from node.core.router import Router  # noqa: E402
+from node.core.snek import Entry, next_hop_reference  # noqa: E402
+from node.core.types import INITIAL_WATERMARK, Announcement, Frame, FrameType, Root  # noqa: E402
+
+TOPOLOGIES = REPO.parent / "shared" / "topologies" / "pinecone"
+
+
+def _router_with_table(n_entries: int, rng: random.Random) -> Router:
+    """A router with 4 peers (one of them its parent, 6 hops from the root) and n table entries."""
+    ids = [Identity(derive_seed("bench", i)) for i in range(12)]
+    ids.sort(key=lambda i: i.public_key)
+    root, me, peers = ids[-1], ids[0], ids[1:5]
+    r = Router(me, 0.0, broadcasts=False)
+    chain = [root, *ids[5:10]]
+    for j, p in enumerate(peers):
+        port = r.add_peer(p.public_key, 3, 0.0)
+        ann = Announcement(root.public_key, 1)
+        for k, hop in enumerate([*chain[: 2 + j], p]):
+            ann = wire.sign_announcement_for_port(ann, hop, 1 + k)
+        r.frame_received(port, wire.announcement_frame(ann), 0.0)
+    r.outbox.clear()
+    r.events.clear()
+    root_now = r.root
+    for _ in range(n_entries):
+        key = rng.randbytes(32)
+        r.table.install(Entry(key, rng.choice(r.up_ports()), -1, 0.0, root_now, rng.randrange(1, 10**12)))
+    return r
+
+
+def bench_next_hop(sizes: list[int], decisions: int = 20_000) -> list[dict]:
+    rows = []
+    for n in sizes:
+        rng = random.Random(n)
+        r = _router_with_table(n, rng)
+        dests = [rng.randbytes(32) for _ in range(decisions)]
+        now = 1.0
+        for d in dests[:2000]:  # build the index and warm caches before timing
+            r.snek_next_hop(d, False, INITIAL_WATERMARK, now)
+        t = time.process_time()
+        for d in dests:
+            r.snek_next_hop(d, False, INITIAL_WATERMARK, now)
+        fast = (time.process_time() - t) / decisions * 1e6
+        t = time.process_time()
+        for d in dests[:200]:
+            r.snek_next_hop(d, True, INITIAL_WATERMARK, now)
+        boot = (time.process_time() - t) / 200 * 1e6
+        ref_n = min(decisions, 200)
+        t = time.process_time()
+        for d in dests[:ref_n]:
+            next_hop_reference(own=r.key, dest=d, bootstrap=False, wm=INITIAL_WATERMARK, parent=r.parent,
+                               root_key=r.root.key, peers=r.peers, table=r.table, now=now)
+        ref = (time.process_time() - t) / ref_n * 1e6
+        rows.append({"entries": n, "us_per_decision": fast, "us_bootstrap": boot, "us_reference_scan": ref})
+    return rows
+
+
+def bench_sim(name: str, timeout_s: float) -> dict:
+    path = TOPOLOGIES / f"{name}.txt"
+    cmd = [sys.executable, "-m", "orchestrator.cli", "sim", str(path), "--json", "--pairs", "100"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        return {"topology": name, "error": proc.stderr[-500:]}
+    out = json.loads(proc.stdout)
+    return {
+        "topology": name,
+        "nodes": out["nodes"],
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "peak_rss_mb": after.ru_maxrss / 1024,
+        "tree_s": out["tree_converged_s"],
+        "snake_s": out["snake_converged_s"],
+        "pings": f"{out['pings']['delivered']}/{out['pings']['sent']}",
+        "frames": out["frames_delivered"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="skip grid4-2025")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    con = Console()
+    nh = bench_next_hop([100, 1_000, 10_000])
+    sims = [bench_sim("graph-250", 600)]
+    if not args.quick:
+        sims.append(bench_sim("grid4-2025", 1800))
+    if args.json:
+        print(json.dumps({"next_hop": nh, "sim": sims}))
+        return
+    t = Table(title="SNEK next-hop decision (indexed, §6.3 exact; CPU time per decision)")
+    for c in ("table entries", "µs / decision (traffic)", "µs / decision (bootstrap)", "µs reference scan", "speed-up"):
+        t.add_column(c, justify="right")
+    for row in nh:
+        t.add_row(str(row["entries"]), f"{row['us_per_decision']:.2f}", f"{row['us_bootstrap']:.2f}",
+                  f"{row['us_reference_scan']:.1f}", f"{row['us_reference_scan'] / row['us_per_decision']:.0f}x")
+    growth = nh[-1]["us_per_decision"] / nh[0]["us_per_decision"]
+    t.caption = f"growth 100 -> 10 000 entries: {growth:.2f}x (target <= 2x); target <= 5 µs per decision"
+    con.print(t)
+    t = Table(title="In-process convergence, virtual clock (1 ms mean link delay, seed 0)")
+    for c in ("topology", "nodes", "wall s", "cpu s", "peak RSS MB", "tree s", "snake s", "pings", "frames"):
+        t.add_column(c, justify="right")
+    for s in sims:
+        if "error" in s:
+            t.add_row(s["topology"], "error", s["error"][:60])
+            continue
+        t.add_row(s["topology"], str(s["nodes"]), f"{s['wall_s']:.1f}", f"{s['cpu_s']:.1f}", f"{s['peak_rss_mb']:.0f}",
+                  str(s["tree_s"]), str(s["snake_s"]), s["pings"], str(s["frames"]))
+    t.caption = ("Go reference, graph-250 in-process: tree 7.6 s, snake 40 s, ~3.5 MiB/node. "
+                 "Targets: grid4-2025 <= 60 s wall, <= 2 GB.")
+    con.print(t)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""``snekbed node``: run one overlay node (what every testbed container runs).
+
+Example (three nodes by hand, see docs/node.md)::
+
+    snekbed node --listen 127.0.0.1:7001 --admin 127.0.0.1:8081 --metrics off --key-seed $(printf 'a%.0s' {1..64})
+    snekbed node --listen 127.0.0.1:7002 --admin 127.0.0.1:8082 --metrics off --peer tcp://127.0.0.1:7001
+
+Exit codes: 0 after a clean stop (SIGTERM / SIGINT), 2 for bad options, 1 when
+an address cannot be bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+import trio
+
+from node.config import (
+    ConfigError,
+    HostPort,
+    NodeConfig,
+    Timeouts,
+    link_spec,
+    load_identity,
+    parse_hostport,
+    parse_inbound,
+    parse_peer_uri,
+)
+
+__all__ = ["build_config", "main_async", "node"]
+
+log = logging.getLogger("snekbed.node")
+_OFF = ("off", "none", "no", "")
+
+
+def _addr(value: str | None, what: str) -> HostPort | None:
+    if value is None or value.strip().lower() in _OFF:
+        return None
+    return parse_hostport(value.strip(), what)
+
+
+def build_config(**o: object) -> NodeConfig:
+    """NodeConfig from the click options (names as in :func:`node`). Raises ConfigError."""
+    shape_all = bool(o["userspace_shaping"])
+    identity, source = load_identity(o["key_file"], o["key_seed"])  # type: ignore[arg-type]
+    timeouts = Timeouts(
+        handshake_s=o["handshake_timeout_s"], keepalive_s=o["keepalive_interval_s"],  # type: ignore[arg-type]
+        read_s=o["read_timeout_s"], write_s=o["write_timeout_s"],  # type: ignore[arg-type]
+        backoff_max_s=o["backoff_max_s"],  # type: ignore[arg-type]
+    )  # fmt: skip
+    listen_class = str(o["listen_class"])
+    cfg = NodeConfig(
+        identity=identity,
+        listen=_addr(o["listen"], "--listen"),  # type: ignore[arg-type]
+        peers=[parse_peer_uri(u, shape_all=shape_all) for u in o["peer"]],  # type: ignore[union-attr]
+        inbound=[parse_inbound(u, shape_all=shape_all) for u in o["inbound"]],  # type: ignore[union-attr]
+        listen_link=link_spec({"class": listen_class}, what="--listen-class", value=listen_class, shape_all=shape_all),
+        multicast=list(o["multicast"]),  # type: ignore[call-overload]
+        admin=_addr(o["admin"], "--admin"),  # type: ignore[arg-type]
+        metrics=_addr(o["metrics"], "--metrics"),  # type: ignore[arg-type]
+        events=o["events"],  # type: ignore[arg-type]
+        run_id=o["run_id"],  # type: ignore[arg-type]
+        name=o["name"],  # type: ignore[arg-type]
+        ready_file=Path(o["ready_file"]) if o["ready_file"] else None,  # type: ignore[arg-type]
+        max_frame_bytes=o["max_frame_bytes"],  # type: ignore[arg-type]
+        flow_queue_frames=o["flow_queue_frames"],  # type: ignore[arg-type]
+        stats_interval_s=o["stats_interval_s"],  # type: ignore[arg-type]
+        timeouts=timeouts,
+        hop_limiting=bool(o["hop_limiting"]),
+        broadcasts=bool(o["broadcasts"]),
+        shaping_seed=o["shaping_seed"],  # type: ignore[arg-type]
+    )
+    log.info("identity %s (%s)", identity.public_key.hex(), source)
+    return cfg
+
+
+async def _watch_signals(node: object) -> None:
+    from node.runtime import Node
+
+    assert isinstance(node, Node)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name.lower()
+            if node.stopping or node._stop.is_set():
+                log.warning("second %s: exiting without waiting", name)
+                raise SystemExit(1)
+            log.info("%s: stopping", name)
+            node.request_stop(name)
+
+
+async def main_async(cfg: NodeConfig) -> None:
+    """Run a node until SIGTERM/SIGINT. Raises OSError when an address cannot be bound."""
+    from node.runtime import Node
+
+    node = Node(cfg)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_signals, node)
+        await node.run()
+        nursery.cancel_scope.cancel()
+
+
+@click.command("node", context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option("--listen", default="0.0.0.0:7000", help="TCP address for peers (HOST:PORT, port 0 = any; 'off').")
+@click.option("--peer", multiple=True, metavar="URI", help="Peer to dial: tcp://HOST:PORT?class=remote|multicast|lan|bluetooth[&delay_ms=..&jitter_ms=..&loss_pct=..&rate_mbit=..&queue_limit_pkts=..&shape=1]. Repeatable.")
+@click.option("--inbound", multiple=True, metavar="URI", help="Class/shaping for connections accepted from an address: tcp://IP?class=..&... Repeatable.")
+@click.option("--listen-class", default="remote", help="Link class of accepted connections without an --inbound rule.")
+@click.option("--multicast", multiple=True, metavar="IFACE", help="LAN multicast discovery on this interface. Repeatable.")
+@click.option("--key-file", type=click.Path(dir_okay=False), default=None, help="ed25519 seed file (32 bytes or 64 hex digits); created with mode 0600 if missing.")
+@click.option("--key-seed", default=None, metavar="HEX", help="ed25519 seed as 64 hex digits (reproducible experiments).")
+@click.option("--admin", default="127.0.0.1:8080", help="Admin HTTP API address ('off' to disable).")
+@click.option("--metrics", default="127.0.0.1:9100", help="Prometheus /metrics address ('off' to disable).")
+@click.option("--events", default=None, metavar="PATH", help="JSON-lines event log ('-' = stdout).")
+@click.option("--run-id", default="adhoc", help="Run id written on every event.")
+@click.option("--name", default=None, help="Node name written on every event (node_name).")
+@click.option("--ready-file", default=None, metavar="PATH", help="Write the bound addresses as JSON here once up.")
+@click.option("--max-frame-bytes", type=int, default=65_535, help="Largest frame accepted from a peer; longer ones drop the peer.")
+@click.option("--flow-queue-frames", type=int, default=64, help="Frames per flow bucket of a peer's traffic queue (head drop; the reference uses 16, see docs/node.md).")
+@click.option("--userspace-shaping", is_flag=True, help="Shape every peering with its link class's full shape.")
+@click.option("--shaping-seed", type=int, default=None, help="Seed for userspace shaping randomness.")
+@click.option("--stats-interval-s", type=float, default=10.0, help="Period of frame_stats events.")
+@click.option("--handshake-timeout-s", type=float, default=10.0)
+@click.option("--keepalive-interval-s", type=float, default=3.0)
+@click.option("--read-timeout-s", type=float, default=5.0)
+@click.option("--write-timeout-s", type=float, default=3.0)
+@click.option("--backoff-max-s", type=float, default=30.0, help="Longest wait between redials of a configured peer.")
+@click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9).")
+@click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+def node(**options: object) -> None:
+    """Run one SNEK overlay node until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=str(options.pop("log_level")).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        cfg = build_config(**options)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        trio.run(main_async, cfg)
+    except* OSError as group:
+        log.error("cannot start: %s", group.exceptions[0])
+        sys.exit(1)

@@ -1,0 +1,344 @@
+"""Configuration of one ``snekbed node`` process: addresses, peer URIs, identity, timers.
+
+Everything the command line (or a test) gives the node is checked here, once,
+before anything starts. Bad input raises :class:`ConfigError` (a ``ValueError``)
+whose message names the option and the value::
+
+    ConfigError: --peer 'tcp://10.0.0.2:7000?class=wifi': unknown link class 'wifi' (known: bluetooth, ...)
+
+Peer URIs (``--peer``, ``POST /peers``)::
+
+    tcp://HOST:PORT[?class=CLASS][&shape=1][&delay_ms=..][&jitter_ms=..][&loss_pct=..][&rate_mbit=..][&queue_limit_pkts=..]
+
+``class`` is a link class of ``netem/classes.yaml`` (remote, multicast, lan,
+bonjour, bluetooth, pipe, custom; default remote). It sets the peer's link type
+(PROTOCOL.md §3.4), which next-hop refinement uses. Shaping in userspace is off
+unless asked for: any of the shape parameters shapes the link with exactly
+those values (what the ``kernel-partial`` backend leaves to the node);
+``shape=1`` (or ``--userspace-shaping``) applies the class's whole shape, with
+explicit parameters overriding single fields.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+from pydantic import ValidationError
+
+from netem.classes import LinkShape, resolve_class
+from netem.errors import NetemError
+from node.core.crypto import Identity
+from node.core.types import LinkType
+
+__all__ = [
+    "LINK_TYPE_NAMES",
+    "SHAPE_PARAMS",
+    "ConfigError",
+    "HostPort",
+    "InboundRule",
+    "LinkSpec",
+    "NodeConfig",
+    "PeerSpec",
+    "Timeouts",
+    "link_spec",
+    "load_identity",
+    "parse_hostport",
+    "parse_inbound",
+    "parse_peer_uri",
+]
+
+#: PROTOCOL.md §3.4 link type number -> name (the ``class`` of ``GET /state`` peers).
+LINK_TYPE_NAMES: dict[int, str] = {int(t): t.name.lower() for t in LinkType}
+
+#: Query parameters of a peer URI that shape the link (LinkShape fields).
+SHAPE_PARAMS: tuple[str, ...] = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "queue_limit_pkts")
+_URI_PARAMS = frozenset({"class", "shape", *SHAPE_PARAMS})
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong. ``what`` names the option, ``value`` is what was given."""
+
+    def __init__(self, what: str, value: object, reason: str) -> None:
+        self.what, self.value, self.reason = what, value, reason
+        super().__init__(f"{what} {value!r}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A TCP address. ``port`` 0 means "any free port" for listening sockets."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_hostport(text: str, what: str = "address", *, allow_zero: bool = True) -> HostPort:
+    """``HOST:PORT`` or ``[V6]:PORT``. Raises ConfigError naming ``what``."""
+    if not isinstance(text, str) or not text:
+        raise ConfigError(what, text, "expected HOST:PORT")
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ConfigError(what, text, "expected [IPV6]:PORT")
+        port_s = rest[1:]
+    else:
+        host, sep, port_s = text.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(what, text, "expected HOST:PORT")
+        if ":" in host:
+            raise ConfigError(what, text, "write IPv6 addresses as [ADDR]:PORT")
+    if not port_s.isdigit():
+        raise ConfigError(what, text, f"port {port_s!r} is not a number")
+    port = int(port_s)
+    if not (0 if allow_zero else 1) <= port <= 65535:
+        raise ConfigError(what, text, f"port {port} outside {0 if allow_zero else 1}..65535")
+    return HostPort(host, port)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """How one peering is treated locally: class name, link type, optional userspace shape."""
+
+    link_class: str = "remote"
+    link_type: int = int(LinkType.REMOTE)
+    shape: LinkShape | None = None  # None: no userspace shaping (the hot path stays plain)
+
+    @property
+    def type_name(self) -> str:
+        return LINK_TYPE_NAMES[self.link_type]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSpec:
+    """A configured peer: where to dial and how to treat the link."""
+
+    uri: str
+    host: str
+    port: int
+    link: LinkSpec
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRule:
+    """``--inbound tcp://IP?class=..``: accepted connections from ``address`` get ``link``."""
+
+    address: str
+    link: LinkSpec
+
+
+def _class_name(name: str, what: str, value: str) -> str:
+    try:
+        return resolve_class(name).name
+    except NetemError as exc:
+        raise ConfigError(what, value, str(exc)) from None
+
+
+def link_spec(params: dict[str, str], *, what: str, value: str, shape_all: bool = False) -> LinkSpec:
+    """A LinkSpec from URI query parameters (see the module doc). Raises ConfigError."""
+    unknown = sorted(set(params) - _URI_PARAMS)
+    if unknown:
+        raise ConfigError(what, value, f"unknown parameter {unknown[0]!r} (known: {', '.join(sorted(_URI_PARAMS))})")
+    name = params.get("class", "remote").strip().lower()
+    try:
+        cls = resolve_class(name)
+    except NetemError as exc:
+        raise ConfigError(what, value, str(exc)) from None
+    flag = params.get("shape", "")
+    if flag not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ConfigError(what, value, f"shape={flag!r}: expected 1 or 0")
+    whole = shape_all or flag in ("1", "true", "yes")
+    if flag in ("0", "false", "no"):
+        whole = False
+    given: dict[str, float | int] = {}
+    for key in SHAPE_PARAMS:
+        if key in params:
+            raw = params[key]
+            try:
+                given[key] = int(raw) if key == "queue_limit_pkts" else float(raw)
+            except ValueError:
+                raise ConfigError(what, value, f"{key}={raw!r} is not a number") from None
+    shape: LinkShape | None = None
+    if whole or given:
+        base = cls.shape.model_dump() if whole else {}
+        try:
+            shape = LinkShape.model_validate({**base, **given})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "shape"
+            raise ConfigError(what, value, f"{loc}: {err['msg']}") from None
+        if shape.is_noop:
+            shape = None
+    return LinkSpec(cls.name, cls.link_type_number, shape)
+
+
+def _query(uri: str, what: str) -> tuple[object, dict[str, str]]:
+    try:
+        parts = urlsplit(uri)
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise ConfigError(what, uri, f"not a URI ({exc})") from None
+    params: dict[str, str] = {}
+    for k, v in pairs:
+        if k in params:
+            raise ConfigError(what, uri, f"parameter {k!r} given twice")
+        params[k] = v
+    return parts, params
+
+
+def parse_peer_uri(uri: str, *, what: str = "--peer", shape_all: bool = False) -> PeerSpec:
+    """``tcp://HOST:PORT?class=..&..`` -> PeerSpec. Raises ConfigError naming ``what`` and the URI."""
+    if not isinstance(uri, str) or not uri:
+        raise ConfigError(what, uri, "expected tcp://HOST:PORT")
+    parts, params = _query(uri, what)
+    if parts.scheme != "tcp":  # type: ignore[attr-defined]
+        raise ConfigError(what, uri, f"scheme {parts.scheme!r} is not supported (use tcp://HOST:PORT)")  # type: ignore[attr-defined]
+    if parts.path not in ("", "/") or parts.fragment:  # type: ignore[attr-defined]
+        raise ConfigError(what, uri, "expected tcp://HOST:PORT with nothing after the port but ?query")
+    try:
+        hp = parse_hostport(parts.netloc, what, allow_zero=False)  # type: ignore[attr-defined]
+    except ConfigError as exc:
+        raise ConfigError(what, uri, exc.reason) from None
+    return PeerSpec(uri, hp.host, hp.port, link_spec(params, what=what, value=uri, shape_all=shape_all))
+
+
+def parse_inbound(uri: str, *, shape_all: bool = False) -> InboundRule:
+    """``tcp://IP[?class=..&..]``: how to treat connections accepted from IP. Raises ConfigError."""
+    what = "--inbound"
+    parts, params = _query(uri, what)
+    if parts.scheme != "tcp":  # type: ignore[attr-defined]
+        raise ConfigError(what, uri, "expected tcp://IP?class=CLASS")
+    host = parts.hostname or ""  # type: ignore[attr-defined]
+    try:
+        address = str(ipaddress.ip_address(host))
+    except ValueError:
+        raise ConfigError(what, uri, f"{host!r} is not an IP address") from None
+    return InboundRule(address, link_spec(params, what=what, value=uri, shape_all=shape_all))
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Shell timers (PROTOCOL.md §3.2, §3.5, Appendix A). Defaults are the protocol's."""
+
+    handshake_s: float = 10.0
+    keepalive_s: float = 3.0
+    read_s: float = 5.0
+    write_s: float = 3.0
+    dial_s: float = 5.0
+    backoff_min_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("handshake_s", "keepalive_s", "read_s", "write_s", "dial_s", "backoff_min_s", "backoff_max_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 < v <= 3600):
+                raise ConfigError(f"timeout {name}", v, "must be a number of seconds in (0, 3600]")
+        if self.keepalive_s >= self.read_s:
+            raise ConfigError("timeout keepalive_s", self.keepalive_s, f"must be below read_s ({self.read_s}) or idle peers time out")
+        if self.backoff_min_s > self.backoff_max_s:
+            raise ConfigError("timeout backoff_min_s", self.backoff_min_s, "is above backoff_max_s")
+
+
+@dataclass(slots=True)
+class NodeConfig:
+    """Everything one node process needs. Build it with the parse helpers; checked in ``__post_init__``."""
+
+    identity: Identity
+    listen: HostPort | None = field(default_factory=lambda: HostPort("0.0.0.0", 7000))
+    peers: list[PeerSpec] = field(default_factory=list)
+    inbound: list[InboundRule] = field(default_factory=list)
+    listen_link: LinkSpec = field(default_factory=LinkSpec)
+    multicast: list[str] = field(default_factory=list)
+    admin: HostPort | None = field(default_factory=lambda: HostPort("127.0.0.1", 8080))
+    metrics: HostPort | None = field(default_factory=lambda: HostPort("127.0.0.1", 9100))
+    events: str | None = None  # a path, "-" for stdout, None for no event log
+    run_id: str = "adhoc"
+    name: str | None = None
+    ready_file: Path | None = None
+    max_frame_bytes: int = 65_535
+    flow_queue_frames: int = 64  # the reference: 16 (docs/node.md says why more here)
+    protocol_queue_frames: int = 4096
+    stats_interval_s: float = 10.0
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    hop_limiting: bool = False
+    broadcasts: bool = True
+    detail_events: bool = True
+    shaping_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 256 <= self.max_frame_bytes <= 65_535:
+            raise ConfigError("--max-frame-bytes", self.max_frame_bytes, "must be in 256..65535 (announcements need room)")
+        if not 1 <= self.flow_queue_frames <= 4096:
+            raise ConfigError("--flow-queue-frames", self.flow_queue_frames, "must be in 1..4096")
+        if not 16 <= self.protocol_queue_frames <= 1_000_000:
+            raise ConfigError("protocol_queue_frames", self.protocol_queue_frames, "must be in 16..1000000")
+        if not 0.1 <= self.stats_interval_s <= 3600:
+            raise ConfigError("--stats-interval-s", self.stats_interval_s, "must be in 0.1..3600")
+        if not self.run_id or len(self.run_id) > 128 or any(c.isspace() for c in self.run_id):
+            raise ConfigError("--run-id", self.run_id, "must be 1-128 characters without spaces")
+        if self.name is not None and not 1 <= len(self.name) <= 128:
+            raise ConfigError("--name", self.name, "must be 1-128 characters")
+        for iface in self.multicast:
+            if not iface or len(iface) > 15 or "/" in iface or iface.strip() != iface:
+                raise ConfigError("--multicast", iface, "is not an interface name")
+
+    def inbound_link(self, address: str) -> LinkSpec:
+        """The LinkSpec for a connection accepted from ``address`` (first matching --inbound rule)."""
+        for rule in self.inbound:
+            if rule.address == address:
+                return rule.link
+        return self.listen_link
+
+
+def load_identity(key_file: str | os.PathLike[str] | None = None, key_seed: str | None = None) -> tuple[Identity, str]:
+    """The node's ed25519 identity and where it came from ("seed", "file", "created", "ephemeral").
+
+    ``key_seed``: 64 hex digits. ``key_file``: 32 raw bytes or 64 hex digits; created
+    (mode 0600, hex) when missing. Raises ConfigError for bad seeds, unreadable or
+    malformed files, or both options at once.
+    """
+    if key_seed is not None and key_file is not None:
+        raise ConfigError("--key-seed", key_seed, "give either --key-seed or --key-file, not both")
+    if key_seed is not None:
+        return Identity(_seed_from_hex(key_seed.strip(), "--key-seed")), "seed"
+    if key_file is None:
+        return Identity(secrets.token_bytes(32)), "ephemeral"
+    path = Path(key_file)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigError("--key-file", str(path), f"cannot create: {exc.strerror}") from None
+    else:
+        seed = secrets.token_bytes(32)
+        with os.fdopen(fd, "w") as f:
+            f.write(seed.hex() + "\n")
+        return Identity(seed), "created"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError("--key-file", str(path), f"cannot read: {exc.strerror}") from None
+    if len(data) == 32:
+        return Identity(data), "file"
+    try:
+        text = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise ConfigError("--key-file", str(path), f"expected 32 raw bytes or 64 hex digits, got {len(data)} bytes") from None
+    return Identity(_seed_from_hex(text, "--key-file", shown=str(path))), "file"
+
+
+def _seed_from_hex(text: str, what: str, shown: str | None = None) -> bytes:
+    value = shown if shown is not None else f"<{len(text)} characters, not shown>"  # never echo a secret
+    if len(text) != 64:
+        raise ConfigError(what, value, f"an ed25519 seed is 64 hex digits, got {len(text)} characters")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError(what, value, "is not hexadecimal") from None

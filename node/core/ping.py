@@ -1,0 +1,128 @@
+"""The reference simulator's ping convention (PROTOCOL.md §8), sans-IO.
+
+A ping is the 75-byte payload of an ordinary Traffic frame. Every node
+increments ``hops`` on each Ping it forwards (the origin's first step
+included, the final delivery excluded), so the reported ``hops`` is the number
+of links on the forward path plus one. The target turns it into a Pong with
+the same ``hops`` and sends it back as new traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from . import wire
+from .types import Frame
+
+if TYPE_CHECKING:
+    from .router import Router
+
+__all__ = ["PingService", "PingResult", "PING", "PONG", "PING_TIMEOUT_S"]
+
+PING, PONG = 0, 1
+PING_TIMEOUT_S = 5.0
+_PREAMBLE = b"pineping"
+
+
+@dataclass(frozen=True, slots=True)
+class PingResult:
+    target: bytes
+    mode: str
+    sent_at: float
+    received: bool
+    rtt_s: float | None
+    hops: int | None  # links on the forward path + 1 (§8)
+
+    @property
+    def links(self) -> int | None:
+        return None if self.hops is None else self.hops - 1
+
+
+@dataclass(slots=True)
+class _Pending:
+    mode: str
+    sent_at: float
+    deadline: float
+
+
+class PingService:
+    """At most one outstanding ping per target, 5 s timeout (as the reference simulator)."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.pending: dict[bytes, _Pending] = {}
+        self.results: list[PingResult] = []
+
+    def start(
+        self,
+        target: bytes,
+        now: float,
+        *,
+        mode: str = "snek",
+        coords: tuple[int, ...] | None = None,
+        timeout_s: float = PING_TIMEOUT_S,
+    ) -> bool:
+        """Send one Ping. ``mode="snek"`` forces SNEK routing; ``"tree"`` uses
+        ``coords`` (or the coordinates cache). False if one is already outstanding."""
+        if mode not in ("snek", "tree"):
+            raise ValueError(f"ping mode must be 'snek' or 'tree', not {mode!r}")
+        if target in self.pending:
+            return False
+        self.pending[target] = _Pending(mode, now, now + timeout_s)
+        self.router._recompute_deadline()
+        payload = wire.encode_ping(PING, 1, self.router.key, target)
+        self.router.send_traffic(target, payload, now, coords=() if mode == "snek" else coords)
+        return True
+
+    def on_forward(self, frame: Frame) -> Frame:
+        """The forwarding hook: count this hop on a Ping."""
+        p = frame.payload
+        if len(p) >= wire.PING_LEN and p[8] == PING and p[:8] == _PREAMBLE:
+            return replace(frame, payload=wire.increment_ping_hops(p))
+        return frame
+
+    def on_delivered(self, frame: Frame, now: float) -> bool:
+        """Handle a delivered Traffic frame. True when it was a ping (consumed)."""
+        parsed = wire.decode_ping(frame.payload)
+        if parsed is None:
+            return False
+        kind, hops, origin, dest = parsed
+        r = self.router
+        if kind == PING:
+            if dest == r.key and frame.destination_key == r.key:
+                pong = wire.encode_ping(PONG, hops, origin, dest)
+                r.send_traffic(origin, pong, now)
+            else:
+                r.counters[("ping_misdelivered",)] += 1
+            return True
+        if origin != r.key:
+            r.counters[("pong_misdelivered",)] += 1
+            return True
+        pend = self.pending.pop(dest, None)
+        if pend is None:
+            r.counters[("pong_late",)] += 1
+            return True
+        self._record(PingResult(dest, pend.mode, pend.sent_at, True, now - pend.sent_at, hops))
+        return True
+
+    def next_deadline(self) -> float:
+        if not self.pending:
+            return float("inf")
+        return min((p.deadline for p in self.pending.values()), default=float("inf"))
+
+    def handle_timer(self, now: float) -> None:
+        for target in [t for t, p in self.pending.items() if p.deadline <= now]:
+            p = self.pending.pop(target)
+            self._record(PingResult(target, p.mode, p.sent_at, False, None, None))
+
+    def _record(self, res: PingResult) -> None:
+        self.results.append(res)
+        self.router._emit(
+            "ping_result",
+            target=res.target.hex(),
+            mode=res.mode,
+            received=res.received,
+            rtt_ms=None if res.rtt_s is None else res.rtt_s * 1000.0,
+            hops=res.hops,
+        )

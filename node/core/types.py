@@ -1,0 +1,147 @@
+"""Protocol data types shared by the codec and the router (PROTOCOL.md §4).
+
+Everything here is plain data: frozen, slotted dataclasses with no behaviour
+beyond cheap helpers. The codec (`wire.py`) turns them into bytes and back;
+the router (`router.py`) makes decisions on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+__all__ = [
+    "FrameType",
+    "LinkType",
+    "Frame",
+    "Root",
+    "Watermark",
+    "SigHop",
+    "Announcement",
+    "SignedRootPayload",
+    "FULL_MASK",
+    "INITIAL_WATERMARK",
+    "KEY_LEN",
+    "SIG_LEN",
+    "HEADER_LEN",
+    "MAX_FRAME_LEN",
+    "MAX_HOP_LIMIT",
+    "BROADCAST_HOP_LIMIT",
+    "LOCAL_PORT",
+]
+
+KEY_LEN = 32
+SIG_LEN = 64
+HEADER_LEN = 10
+MAX_FRAME_LEN = 65_535
+MAX_HOP_LIMIT = 10  # initial hop limit of traffic (§4.9)
+BROADCAST_HOP_LIMIT = 5  # NetworkHorizonDistance (§4.9, §6.8)
+LOCAL_PORT = 0  # port 0 is the local router (the application)
+
+FULL_MASK = b"\xff" * KEY_LEN
+
+
+class FrameType(IntEnum):
+    KEEPALIVE = 0
+    TREE_ANNOUNCEMENT = 1
+    BOOTSTRAP = 2
+    TRAFFIC = 3
+    WAKEUP_BROADCAST = 4
+
+
+class LinkType(IntEnum):
+    """Local configuration only, never on the wire (§3.4). Lower is preferred."""
+
+    PIPE = 0
+    MULTICAST = 1
+    BONJOUR = 2
+    REMOTE = 3
+    BLUETOOTH = 4
+
+
+class Root(NamedTuple):
+    """A root: key and sequence. Two roots are equal only if both are (§4.2).
+
+    A NamedTuple rather than a dataclass: routers build and compare these on
+    every forwarded frame, and tuple construction is several times cheaper.
+    """
+
+    key: bytes
+    seq: int
+
+
+class Watermark(NamedTuple):
+    key: bytes
+    seq: int
+
+    def worse_than(self, other: Watermark) -> bool:
+        """§4.8: a higher key, or the same key with a lower non-zero sequence."""
+        if self.key != other.key:
+            return self.key > other.key
+        return self.seq != 0 and self.seq < other.seq
+
+
+INITIAL_WATERMARK = Watermark(FULL_MASK, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame of any type (§4.3, §4.4).
+
+    Fields that a type does not carry keep their defaults:
+      * Keepalive: nothing.
+      * TreeAnnouncement: ``payload`` = encoded root announcement (§4.5).
+      * Bootstrap: ``destination_key`` (the bootstrapping node), ``watermark``,
+        ``payload`` = encoded bootstrap payload (§4.6).
+      * Traffic: ``destination_coords``, ``source_coords``, ``destination_key``,
+        ``source_key``, ``watermark`` (on the wire only when the destination
+        coordinates are empty), ``payload``.
+      * WakeupBroadcast: ``source_key``, ``payload`` (§4.7).
+      * Unknown types: ``payload`` = the raw body after the header.
+    """
+
+    type: int
+    hop_limit: int = 0
+    destination_key: bytes = b""
+    source_key: bytes = b""
+    destination_coords: tuple[int, ...] = ()
+    source_coords: tuple[int, ...] = ()
+    watermark: Watermark = INITIAL_WATERMARK
+    payload: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class SigHop:
+    """One signature-with-hop entry of a root announcement (§4.2, §4.5)."""
+
+    port: int
+    key: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """A root announcement (§4.5): the root, then one signed hop per node."""
+
+    root_key: bytes
+    root_seq: int
+    hops: tuple[SigHop, ...] = ()
+
+    @property
+    def root(self) -> Root:
+        return Root(self.root_key, self.root_seq)
+
+    @property
+    def coords(self) -> tuple[int, ...]:
+        return tuple(h.port for h in self.hops)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRootPayload:
+    """Bootstrap (§4.6) and wakeup broadcast (§4.7) payload: seq, root, signature."""
+
+    seq: int
+    root_key: bytes
+    root_seq: int
+    signature: bytes = field(default=b"\x00" * SIG_LEN)

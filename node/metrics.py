@@ -1,0 +1,273 @@
+"""Prometheus metrics of one node, served by hypercorn inside the node's nursery.
+
+Each node has its own ``CollectorRegistry`` (so several nodes can share a
+process in tests). Protocol state is read from the router on each scrape by a
+custom collector; the only client-side metric objects are the ping round-trip
+histogram and the process collector. Naming follows Prometheus practice: prefix
+``snek_``, base units, ``_total`` counters, bounded labels (frame type, reason,
+link class); keys appear only as labels of ``_info`` gauges.
+
+======================================  =========  ==========================================
+metric                                  type       labels
+======================================  =========  ==========================================
+snek_node_info                          info       key, name, version
+snek_peers                              gauge      link_class
+snek_is_root                            gauge
+snek_root_info                          info       key, sequence
+snek_root_sequence                      gauge
+snek_tree_depth                         gauge
+snek_descending_info                    info       key ("" when none)
+snek_routing_table_entries              gauge
+snek_root_changes_total                 counter
+snek_parent_changes_total               counter
+snek_bootstraps_sent_total              counter
+snek_bootstraps_accepted_total          counter
+snek_bootstraps_rejected_total          counter    reason
+snek_frames_received_total              counter    type
+snek_frames_sent_total                  counter    type
+snek_frames_dropped_total               counter    type, reason
+snek_bytes_received_total               counter    link_class
+snek_bytes_sent_total                   counter    link_class
+snek_handshake_failures_total           counter    reason
+snek_peer_disconnects_total             counter    reason
+snek_dial_failures_total                counter
+snek_frames_delivered_total             counter
+snek_queued_frames                      gauge      queue (protocol, traffic)
+snek_pings_total                        counter    mode, result
+snek_ping_rtt_seconds                   histogram  mode
+snek_event_lines_suppressed_total       counter    event
+snek_internal_errors_total              counter
+process_*                               (prometheus-client ProcessCollector)
+======================================  =========  ==========================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
+
+import trio
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from node.config import HostPort
+from node.core.errors import HANDSHAKE_REASONS
+from node.events import FRAME_TYPE_NAMES
+
+if TYPE_CHECKING:
+    from node.runtime import Node
+
+__all__ = ["PING_BUCKETS_S", "NodeCollector", "NodeMetrics", "serve"]
+
+PING_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+_LINK_CLASSES = ("pipe", "multicast", "lan", "bonjour", "remote", "bluetooth", "custom")
+_BOOTSTRAP_REJECT_REASONS = ("malformed", "bad_signature", "root_mismatch", "replay")
+_TYPE_LABELS = (*FRAME_TYPE_NAMES, "unknown")
+
+
+class NodeCollector(Collector):
+    """Reads the node's router and shell counters on every scrape."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        n = self.node
+        r = n.router
+        rc = r.counters
+        from node.runtime import snekbed_version
+
+        yield _info("snek_node", "This node's identity.", {"key": n.key.hex(), "name": n.cfg.name or "", "version": snekbed_version()})
+
+        peers = GaugeMetricFamily("snek_peers", "Connected peers by link class.", labels=["link_class"])
+        by_class = Counter(p.link.link_class for p in n.peers.values())
+        for cls in sorted(set(_LINK_CLASSES) | set(by_class)):
+            peers.add_metric([cls], by_class.get(cls, 0))
+        yield peers
+
+        root = r.root
+        yield _gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if r.parent is None else 0)
+        yield _info("snek_root", "The current root (key and sequence).", {"key": root.key.hex(), "sequence": str(root.seq)})
+        yield _gauge("snek_root_sequence", "Sequence number of the current root announcement.", root.seq)
+        yield _gauge("snek_tree_depth", "Hops from the root (length of our coordinates).", len(r.coords))
+        desc = r.descending
+        yield _info("snek_descending", "The descending SNEK neighbour ('' when none).", {"key": desc.key.hex() if desc else ""})
+        yield _gauge("snek_routing_table_entries", "Entries in the SNEK routing table.", len(r.table))
+
+        ev = n.event_counts
+        yield _counter("snek_root_changes", "Root changes seen.", ev.get("root_changed", 0))
+        yield _counter("snek_parent_changes", "Parent changes.", ev.get("parent_changed", 0))
+        yield _counter("snek_bootstraps_sent", "Bootstraps sent.", rc.get(("bootstrap_sent",), 0))
+        yield _counter("snek_bootstraps_accepted", "Bootstraps accepted (at any hop).", rc.get(("bootstrap_accepted",), 0))
+        rej = CounterMetricFamily("snek_bootstraps_rejected", "Bootstraps rejected, by reason.", labels=["reason"])
+        reasons = Counter({k[1]: v for k, v in rc.items() if k[0] == "bootstrap_rejected"})
+        for reason in sorted(set(_BOOTSTRAP_REJECT_REASONS) | set(reasons)):
+            rej.add_metric([reason], reasons.get(reason, 0))
+        yield rej
+
+        rx, tx = list(n.frame_stats.closed_frames[0]), list(n.frame_stats.closed_frames[1])
+        bytes_by = Counter(n.frame_stats.closed_bytes)
+        queued_p = queued_t = 0
+        for p in n.peers.values():
+            for t in range(len(rx)):
+                rx[t] += p.rx_frames[t]
+                tx[t] += p.tx_frames[t]
+            bytes_by[("received", p.link.link_class)] += sum(p.rx_bytes)
+            bytes_by[("sent", p.link.link_class)] += sum(p.tx_bytes)
+            queued_p += len(p.protocol)
+            queued_t += len(p.traffic)
+        for name, doc, values in (
+            ("snek_frames_received", "Frames received from peers, by type.", rx),
+            ("snek_frames_sent", "Frames written to peers, by type.", tx),
+        ):
+            m = CounterMetricFamily(name, doc, labels=["type"])
+            for t, label in enumerate(_TYPE_LABELS):
+                m.add_metric([label], values[t])
+            yield m
+        for direction in ("received", "sent"):
+            m = CounterMetricFamily(f"snek_bytes_{direction}", f"Frame bytes {direction}, by link class.", labels=["link_class"])
+            for cls in sorted(set(_LINK_CLASSES) | {c for d, c in bytes_by if d == direction}):
+                m.add_metric([cls], bytes_by.get((direction, cls), 0))
+            yield m
+
+        drops = Counter(n.drops)
+        for key, v in rc.items():
+            if key[0] == "frame_dropped":
+                t = key[1]
+                drops[(FRAME_TYPE_NAMES[t] if 0 <= t < len(FRAME_TYPE_NAMES) else "unknown", key[2])] += v
+        m = CounterMetricFamily("snek_frames_dropped", "Frames dropped, by type and reason.", labels=["type", "reason"])
+        if not drops:
+            m.add_metric(["traffic", "queue_full"], 0)
+        for (t, reason), v in sorted(drops.items()):
+            m.add_metric([t, reason], v)
+        yield m
+
+        m = CounterMetricFamily("snek_handshake_failures", "Failed handshakes, by reason.", labels=["reason"])
+        hf = n.handshake_failures
+        for reason in sorted(set(HANDSHAKE_REASONS) | {"timeout", "eof", "io_error", "overload"} | set(hf)):
+            m.add_metric([reason], hf.get(reason, 0))
+        yield m
+
+        disc = Counter(n.disconnects)
+        for key, v in rc.items():
+            if key[0] == "disconnect":
+                disc[key[1]] += v
+        m = CounterMetricFamily("snek_peer_disconnects", "Peerings ended, by reason.", labels=["reason"])
+        if not disc:
+            m.add_metric(["eof"], 0)
+        for reason, v in sorted(disc.items()):
+            m.add_metric([reason], v)
+        yield m
+
+        yield _counter("snek_dial_failures", "Outgoing connection attempts that failed.", n.dial_failures)
+        yield _counter("snek_frames_delivered", "Traffic frames delivered to this node's application.", n.delivered_frames)
+        q = GaugeMetricFamily("snek_queued_frames", "Frames waiting in peer queues.", labels=["queue"])
+        q.add_metric(["protocol"], queued_p)
+        q.add_metric(["traffic"], queued_t)
+        yield q
+        m = CounterMetricFamily("snek_pings", "Pings finished, by mode and result.", labels=["mode", "result"])
+        for mode in ("snek", "tree"):
+            for result in ("received", "lost"):
+                m.add_metric([mode, result], n.pings.get((mode, result), 0))
+        yield m
+        m = CounterMetricFamily("snek_event_lines_suppressed", "Event lines held back by rate limits.", labels=["event"])
+        m.add_metric(["bootstrap_rejected"], n.events.suppressed.get("bootstrap_rejected", 0))
+        yield m
+        yield _counter("snek_internal_errors", "Bugs caught at a peer boundary (should stay 0).", n.internal_errors)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _info(name: str, doc: str, labels: dict[str, str]) -> InfoMetricFamily:
+    m = InfoMetricFamily(name, doc, labels=list(labels))
+    m.add_metric(list(labels), labels)
+    return m
+
+
+class NodeMetrics:
+    """The node's registry: the collector above, the ping histogram and process metrics."""
+
+    def __init__(self, node: Node, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=False)
+        self.registry.register(NodeCollector(node))
+        ProcessCollector(registry=self.registry)
+        self.ping_rtt = Histogram(
+            "snek_ping_rtt_seconds", "Ping round-trip time (§8).", ["mode"], buckets=PING_BUCKETS_S, registry=self.registry
+        )
+        for mode in ("snek", "tree"):
+            self.ping_rtt.labels(mode=mode)
+
+    def observe_ping(self, mode: str, rtt_s: float) -> None:
+        self.ping_rtt.labels(mode=mode).observe(rtt_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def build_app(metrics: NodeMetrics):  # -> starlette.applications.Starlette
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def scrape(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
+
+
+async def serve_app(
+    app: object,
+    where: HostPort,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve an ASGI app with hypercorn on trio; report "host:port" actually bound. Raises OSError."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    config = Config()
+    config.bind = [str(where)]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("snekbed.node.http")  # server errors (and app tracebacks) go to our log
+    config.graceful_timeout = 1.0
+    config.keep_alive_timeout = 30.0
+
+    async def started(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(started)
+        task_status.started(binds[0].split("://", 1)[1] if binds else str(where))
+
+
+async def serve(
+    metrics: NodeMetrics,
+    where: HostPort,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``GET /metrics`` on ``where`` until ``shutdown_trigger`` returns. Raises OSError."""
+    await serve_app(build_app(metrics), where, shutdown_trigger, task_status=task_status)

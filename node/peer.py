@@ -1,0 +1,405 @@
+"""One peering over a byte stream: the handshake, then a reader and a writer task (PROTOCOL.md §3).
+
+* :func:`handshake` sends our 104 bytes first, then reads the peer's, all within
+  the handshake timeout (10 s); it raises :class:`HandshakeFailed` with a bounded
+  ``reason`` (bad_version, bad_capabilities, bad_signature, timeout, eof, io_error).
+* :class:`PeerConn` runs a connected peer. The reader splits the stream into
+  frames under a per-frame read deadline (5 s) and a frame-size bound, and hands
+  them to the node in slices, yielding between slices so that one busy peer
+  cannot starve the others. The writer sends queued protocol frames before
+  traffic frames, gathers everything queued into one ``send_all`` (one syscall
+  for many frames), bounds each write by the write deadline (3 s) and sends a
+  keepalive after 3 s without writes. With a userspace link shape the writer
+  passes every frame through a :class:`netem.userspace.LinkShaper` and holds it
+  until its delivery time.
+
+:func:`transit_key` and :func:`splice_watermark` work on a frame's raw bytes
+for the node's forwarding cache (transit traffic skips decode and encode).
+
+A peer ends for one reason, :attr:`PeerConn.reason` (a bounded slug such as
+``read_timeout``, ``eof``, ``bad_magic``, ``oversize``, or whatever the node
+passed to :meth:`PeerConn.close`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from netem.userspace import LinkShaper
+from node.core import wire
+from node.core.crypto import Identity
+from node.core.errors import HandshakeRejected, MalformedFrame
+from node.core.types import Frame, FrameType
+from node.fairqueue import BLUETOOTH_BUCKETS, REFERENCE_BUCKETS, FairQueue
+
+if TYPE_CHECKING:
+    from node.config import LinkSpec, Timeouts
+
+__all__ = [
+    "KEEPALIVE_BYTES",
+    "NTYPES",
+    "HandshakeFailed",
+    "PeerClosed",
+    "PeerConn",
+    "handshake",
+    "splice_watermark",
+    "transit_key",
+]
+
+log = logging.getLogger("snekbed.node.peer")
+
+KEEPALIVE_BYTES = wire.encode_frame(Frame(FrameType.KEEPALIVE))
+NTYPES = 6  # frame types 0..4, and slot 5 for unknown types
+_UNKNOWN = 5
+RECV_BYTES = 65_536
+WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all
+SLICE_FRAMES = 32  # frames handed to the node between checkpoints
+MAX_DELAY_LINE = 100_000  # frames held by userspace shaping (delay only) before dropping
+
+
+_PING_PREAMBLE = b"pineping"
+_LEN = struct.Struct(">H")
+
+
+def transit_key(raw: bytes, own: bytes) -> tuple[bytes, int, int, bytes, bytes] | None:
+    """Parse a Traffic frame just enough to look up the forwarding cache.
+
+    Returns (decision key, watermark start, watermark end, destination key,
+    source key), or None when the frame must take the full path: addressed to
+    us, a ping (its hop count changes on the way), non-zero version/extra bytes,
+    multi-byte coordinate ports or a non-minimal watermark sequence (the
+    encoder would rewrite those bytes), or anything that does not add up. The
+    key is the destination coordinates (tree routing) or the destination key
+    plus the raw watermark (SNEK routing): what the router's decision depends on.
+    """
+    n = len(raw)
+    if n < 80 or raw[4] or raw[6]:
+        return None
+    dcl = (raw[12] << 8) | raw[13]
+    i = 14 + dcl
+    if i + 2 > n or (dcl and max(raw[14:i]) >= 0x80):
+        return None
+    scl = (raw[i] << 8) | raw[i + 1]
+    j = i + 2 + scl
+    ke = j + 64
+    if ke > n or (scl and max(raw[i + 2 : j]) >= 0x80):
+        return None
+    dst = raw[j : j + 32]
+    if dst == own:
+        return None
+    if dcl:
+        wm_end = ke
+        key = raw[12:i]
+    else:
+        e = ke + 32
+        if e >= n or raw[e] == 0x80:
+            return None
+        lim = min(n, e + 10)
+        while raw[e] >= 0x80:
+            e += 1
+            if e >= lim:
+                return None
+        wm_end = e + 1
+        key = raw[ke:wm_end] + dst
+    if n - wm_end != (raw[10] << 8) | raw[11] or raw[wm_end : wm_end + 8] == _PING_PREAMBLE:
+        return None
+    return key, ke, wm_end, dst, raw[j + 32 : ke]
+
+
+def splice_watermark(raw: bytes, start: int, end: int, wm: bytes | None) -> bytes:
+    """``raw`` with bytes start..end replaced by ``wm`` (None: unchanged), the length field fixed."""
+    if wm is None:
+        return raw
+    if len(wm) == end - start:
+        return raw[:start] + wm + raw[end:]
+    return raw[:8] + _LEN.pack(len(raw) - (end - start) + len(wm)) + raw[10:start] + wm + raw[end:]
+
+
+class HandshakeFailed(Exception):
+    """The peer's handshake did not arrive or did not check out; ``reason`` is a bounded slug."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"handshake failed ({reason}): {detail}")
+        self.reason, self.detail = reason, detail
+
+
+class PeerClosed(Exception):
+    """Raised inside a peer's tasks to end the peering; ``reason`` is a bounded slug."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason, self.detail = reason, detail
+
+
+async def handshake(stream: trio.abc.Stream, identity: Identity, timeout_s: float) -> tuple[bytes, bytes]:
+    """Exchange handshakes (§3.2); return (peer key, bytes received after the handshake).
+
+    Raises HandshakeFailed; never waits for the peer before sending our own bytes.
+    """
+    buf = bytearray()
+    try:
+        with trio.fail_after(timeout_s):
+            await stream.send_all(wire.encode_handshake(identity))
+            while len(buf) < wire.HANDSHAKE_LEN:
+                data = await stream.receive_some(4096)
+                if not data:
+                    raise HandshakeFailed("eof", f"stream closed after {len(buf)} of {wire.HANDSHAKE_LEN} bytes")
+                buf += data
+    except trio.TooSlowError:
+        raise HandshakeFailed("timeout", f"got {len(buf)} of {wire.HANDSHAKE_LEN} bytes in {timeout_s:g} s") from None
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        raise HandshakeFailed("io_error", f"{type(exc).__name__}: {exc}") from None
+    try:
+        key = wire.decode_handshake(bytes(buf[: wire.HANDSHAKE_LEN]))
+    except HandshakeRejected as exc:
+        raise HandshakeFailed(exc.reason, str(exc)) from None
+    return key, bytes(buf[wire.HANDSHAKE_LEN :])
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+OnFrames = Callable[["PeerConn", list[tuple[int, bytes]]], None]
+OnDrop = Callable[[int, str, int], None]
+
+
+class PeerConn:
+    """A connected, handshaken peer on ``port``. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        key: bytes,
+        link: LinkSpec,
+        stream: trio.abc.Stream,
+        remote: str,
+        timeouts: Timeouts,
+        on_frames: OnFrames,
+        on_drop: OnDrop,
+        leftover: bytes = b"",
+        max_frame_bytes: int = 65_535,
+        flow_depth: int = 16,
+        protocol_limit: int = 4096,
+        shaper_seed: int = 0,
+    ) -> None:
+        self.port, self.key, self.link, self.stream, self.remote = port, key, link, stream, remote
+        self.t = timeouts
+        self._on_frames, self._on_drop = on_frames, on_drop
+        self._leftover = leftover
+        self.max_frame_bytes = max_frame_bytes
+        buckets = BLUETOOTH_BUCKETS if link.type_name == "bluetooth" else REFERENCE_BUCKETS
+        self.traffic = FairQueue(buckets, flow_depth)
+        self.protocol: deque[tuple[int, bytes]] = deque()
+        self.protocol_limit = protocol_limit
+        self.shaper = LinkShaper(link.shape, random.Random(shaper_seed)) if link.shape is not None else None
+        self._delay_line: deque[tuple[float, int, bytes]] = deque()
+        self._lot = trio.lowlevel.ParkingLot()
+        self._scope = trio.CancelScope()
+        self.closed = False
+        self.reason = ""
+        self.connected_at = trio.current_time()
+        # counters, indexed by frame type (slot 5: unknown types)
+        self.rx_frames = [0] * NTYPES
+        self.rx_bytes = [0] * NTYPES
+        self.tx_frames = [0] * NTYPES
+        self.tx_bytes = [0] * NTYPES
+        self.reported: tuple[list[int], list[int], list[int], list[int]] = ([0] * NTYPES, [0] * NTYPES, [0] * NTYPES, [0] * NTYPES)
+
+    # ------------------------------------------------------------ queues (called synchronously by the node)
+
+    def push_protocol(self, ftype: int, data: bytes) -> None:
+        """Queue a protocol frame (sent before any traffic). Drops it when the bounded queue is full."""
+        if len(self.protocol) >= self.protocol_limit:
+            self._on_drop(ftype, "queue_full", 1)
+            return
+        self.protocol.append((ftype, data))
+        if self._lot:
+            self._lot.unpark()
+
+    def push_traffic(self, data: bytes, source_key: bytes, destination_key: bytes) -> None:
+        """Queue a traffic frame in its flow bucket; the bucket's oldest frames go if it is full."""
+        q = self.traffic
+        dropped = q.push(q.bucket_of(source_key, destination_key), data)
+        if dropped:
+            self._on_drop(FrameType.TRAFFIC, "queue_full", dropped)
+        if self._lot:
+            self._lot.unpark()
+
+    def close(self, reason: str) -> None:
+        """End this peering (from any task); the first reason given wins. Queued frames are dropped."""
+        if not self.closed:
+            self.closed = True
+            self.reason = reason
+        self._scope.cancel()
+
+    # ------------------------------------------------------------ tasks
+
+    async def run(self) -> str:
+        """Run reader and writer until either ends or :meth:`close` is called; return the reason."""
+        with self._scope:
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer)
+                    await self._reader()
+            except* PeerClosed as group:
+                first = _first_leaf(group)
+                self._set_reason(first.reason if isinstance(first, PeerClosed) else "closed")
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+                self._set_reason("io_error")
+                log.debug("peer %d: %s", self.port, group.exceptions[0])
+        self.closed = True
+        if not self.reason:
+            self.reason = "closed"
+        queued = len(self.protocol) + len(self.traffic) + len(self._delay_line)
+        if queued:
+            self.protocol.clear()
+            self.traffic.clear()
+            self._delay_line.clear()
+        with trio.move_on_after(1) as cs:
+            cs.shield = True
+            try:
+                await self.stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        return self.reason
+
+    def _set_reason(self, reason: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self.reason = reason
+
+    async def _reader(self) -> None:
+        decoder = wire.FrameDecoder()
+        stream = self.stream
+        read_s = self.t.read_s
+        data = self._leftover
+        self._leftover = b""
+        # one scope for the whole loop; its deadline moves on with every complete frame (§3.5)
+        with trio.CancelScope(deadline=trio.current_time() + read_s) as deadline:
+            while True:
+                if data:
+                    try:
+                        frames = decoder.feed_raw(data)
+                    except MalformedFrame as exc:
+                        self._on_drop(exc.frame_type if exc.frame_type is not None else -1, exc.reason, 1)
+                        raise PeerClosed(exc.reason, str(exc)) from None
+                    if decoder.buffered > self.max_frame_bytes:
+                        self._on_drop(-1, "oversize", 1)
+                        raise PeerClosed("oversize", f"a frame is longer than {self.max_frame_bytes} bytes")
+                    if frames:
+                        deadline.deadline = trio.current_time() + read_s
+                        await self._deliver(frames)
+                data = await stream.receive_some(RECV_BYTES)
+                if not data:
+                    raise PeerClosed("eof", "the peer closed the stream")
+        raise PeerClosed("read_timeout", f"no complete frame for {read_s:g} s")
+
+    async def _deliver(self, frames: list[tuple[int, bytes]]) -> None:
+        rxf, rxb = self.rx_frames, self.rx_bytes
+        limit = self.max_frame_bytes
+        for t, raw in frames:
+            n = len(raw)
+            if n > limit:
+                self._on_drop(t, "oversize", 1)
+                raise PeerClosed("oversize", f"{n}-byte frame is longer than {limit} bytes")
+            i = t if t < _UNKNOWN else _UNKNOWN
+            rxf[i] += 1
+            rxb[i] += n
+        if len(frames) <= SLICE_FRAMES:
+            self._on_frames(self, frames)
+            return
+        for i in range(0, len(frames), SLICE_FRAMES):
+            if self.closed:
+                raise PeerClosed(self.reason)
+            self._on_frames(self, frames[i : i + SLICE_FRAMES])
+            await trio.lowlevel.checkpoint()
+
+    async def _writer(self) -> None:
+        t = self.t
+        stream = self.stream
+        last_write = trio.current_time()
+        batch: list[bytes] = []
+        while True:
+            now = trio.current_time()
+            if self.shaper is None:
+                self._take_plain(batch)
+            else:
+                self._take_shaped(batch, now)
+            if not batch and now - last_write >= t.keepalive_s:
+                batch.append(KEEPALIVE_BYTES)
+                self.tx_frames[0] += 1
+                self.tx_bytes[0] += len(KEEPALIVE_BYTES)
+            if batch:
+                data = batch[0] if len(batch) == 1 else b"".join(batch)
+                batch.clear()
+                try:
+                    with trio.fail_after(t.write_s):
+                        await stream.send_all(data)
+                except trio.TooSlowError:
+                    raise PeerClosed("write_timeout", f"a {len(data)}-byte write took over {t.write_s:g} s") from None
+                last_write = trio.current_time()
+                continue
+            wake = last_write + t.keepalive_s
+            if self._delay_line:
+                wake = min(wake, self._delay_line[0][0])
+            if self.protocol or self.traffic:
+                continue
+            with trio.move_on_at(wake):
+                await self._lot.park()
+
+    def _take_plain(self, batch: list[bytes]) -> None:
+        proto = self.protocol
+        if proto:
+            txf, txb = self.tx_frames, self.tx_bytes
+            budget = WRITE_BUDGET_BYTES
+            while proto and budget > 0:
+                ftype, data = proto.popleft()
+                batch.append(data)
+                txf[ftype] += 1
+                txb[ftype] += len(data)
+                budget -= len(data)
+        if self.traffic:
+            start = len(batch)
+            used = self.traffic.pop_into(batch, WRITE_BUDGET_BYTES)
+            self.tx_frames[3] += len(batch) - start
+            self.tx_bytes[3] += used
+
+    def _take_shaped(self, batch: list[bytes], now: float) -> None:
+        """Pass newly queued frames through the shaper, then release the ones that are due."""
+        shaper = self.shaper
+        assert shaper is not None
+        pending: list[tuple[int, bytes]] = []
+        while self.protocol:
+            pending.append(self.protocol.popleft())
+        if self.traffic:
+            items: list[bytes] = []
+            self.traffic.pop_into(items, 1 << 62)
+            pending.extend((3, d) for d in items)
+        line = self._delay_line
+        for ftype, data in pending:
+            verdict = shaper.send(now, len(data))
+            if verdict.dropped is not None or not verdict.deliver_at:
+                self._on_drop(ftype, f"link_{verdict.dropped or 'loss'}", 1)
+            elif len(line) >= MAX_DELAY_LINE:
+                self._on_drop(ftype, "link_overflow", 1)
+            else:
+                line.append((verdict.deliver_at[0], ftype, data))
+        txf, txb = self.tx_frames, self.tx_bytes
+        budget = WRITE_BUDGET_BYTES
+        while line and line[0][0] <= now and budget > 0:
+            _, ftype, data = line.popleft()
+            batch.append(data)
+            txf[ftype] += 1
+            txb[ftype] += len(data)
+            budget -= len(data)

@@ -1,0 +1,315 @@
+"""A Docker run as the CLI sees it: start it, re-open it by id, observe it, ping, kill the root, tear it down.
+
+Every step is recorded in the run directory (:mod:`orchestrator.runs`):
+``meta.json`` (nodes and keys, links with the backend that shaped each,
+versions, what the observer measured), ``docker.json`` (the address plan),
+``actions.jsonl`` and ``pings.jsonl``. The nodes write ``events/<name>.jsonl``
+themselves through a bind mount.
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from netem.plan import ShapingBackend
+from orchestrator.image import NODE_ADMIN_PORT
+from orchestrator.runs import RunDir, RunError, versions
+from orchestrator.topology import Topology
+
+from .docker import DockerBackend, NodeLaunch, UpResult
+from .docker_net import AddressPlan, DockerBackendError
+from .docker_observe import (
+    POLL_S,
+    AdminClient,
+    AdminError,
+    Convergence,
+    reconvergence_bound_s,
+    views_from_states,
+    wait_converged,
+)
+
+__all__ = ["DockerSession", "start_run", "choose_shaping", "PING_TIMEOUT_S"]
+
+PING_TIMEOUT_S = 5.0  # §8: the reference's ping timeout
+
+
+def choose_shaping(mode: str) -> tuple[ShapingBackend, str]:
+    """``auto`` probes the host (``netem.probe``); ``kernel`` requires a kernel backend; ``userspace`` forces it.
+
+    Returns (backend, why). Raises DockerBackendError when ``kernel`` is asked for and unavailable.
+    """
+    if mode == "userspace":
+        return "userspace", "asked for userspace shaping"
+    from netem.probe import probe
+
+    caps = probe()
+    if mode == "kernel" and caps.backend == "userspace":
+        raise DockerBackendError("--shaping kernel: this host has no kernel shaping: " + "; ".join(caps.notes))
+    return caps.backend, "; ".join(caps.notes) or f"probe chose {caps.backend}"
+
+
+@dataclass
+class DockerSession:
+    """An existing Docker run: its directory, topology and backend."""
+
+    run: RunDir
+    topology: Topology
+    backend: DockerBackend
+    keys: dict[str, str]  # node name -> public key hex
+    endpoints: dict[str, str]  # node name -> admin HOST:PORT
+
+    @classmethod
+    def open(cls, run: RunDir, backend: DockerBackend | None = None) -> DockerSession:
+        """Re-open a Docker run from its directory. Raises RunError when it is not a Docker run."""
+        meta = run.meta()
+        if meta.get("backend") != "docker":
+            raise RunError(f"run {run.run_id} used the {meta.get('backend', 'unknown')!r} backend: only Docker runs "
+                           "are live (status shows what an in-process run recorded)")
+        plan = run.read_json("docker.json", {}) or {}
+        topo = Topology.from_data(run.read_json("topology.json"), file=str(run.path / "topology.json"))
+        ctl = (plan.get("control") or {}).get("nodes") or {}
+        endpoints = {name: f"{ip}:{NODE_ADMIN_PORT}" for name, ip in ctl.items()}
+        return cls(run, topo, backend or DockerBackend(), dict(meta.get("nodes") or {}), endpoints)
+
+    # ------------------------------------------------------------ views
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def running(self) -> set[str]:
+        return self.backend.running(self.run_id)
+
+    def live_graph(self, running: Iterable[str] | None = None) -> nx.Graph:
+        """The topology's graph restricted to nodes whose container runs."""
+        alive = set(self.running() if running is None else running)
+        return self.topology.simple_graph().subgraph(alive).copy()
+
+    def check_alive(self, expected: Iterable[str]) -> None:
+        """Raise DockerBackendError naming every expected node whose container is not running, with its log tail."""
+        containers = self.backend.containers(self.run_id)
+        dead = sorted(n for n in expected if (containers.get(n) or {}).get("State") != "running")
+        if not dead:
+            return
+        lines = []
+        for name in dead[:3]:
+            c = containers.get(name)
+            if c is None:
+                lines.append(f"{name}: no container")
+                continue
+            tail = self.backend.logs_tail(c["Id"], 6)
+            lines.append(f"{name}: {c.get('Status', c.get('State'))}\n    " + "\n    ".join(tail))
+        more = f" (and {len(dead) - 3} more)" if len(dead) > 3 else ""
+        raise DockerBackendError(f"run {self.run_id}: node containers stopped unexpectedly: {', '.join(dead)}{more}\n"
+                                 + "\n".join(lines))
+
+    def link_classes(self) -> dict[frozenset[str], str]:
+        return {frozenset((link.a, link.b)): link.link_class for link in self.topology.links}
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.endpoints)
+
+    def name_of(self, key_hex: str) -> str | None:
+        for name, key in self.keys.items():
+            if key == key_hex:
+                return name
+        return None
+
+    # ------------------------------------------------------------ observe
+
+    def converge(self, *, t0: float, timeout_s: float, what: str = "up", exclude: Iterable[str] = (),
+                 progress: Callable[[float, int, int], None] | None = None) -> Convergence:
+        """Wait for convergence of the live graph and record a ``converged`` action (also when it timed out)."""
+        gone = set(exclude)
+        expected = set(self.topology.node_names) - gone
+
+        def graph() -> nx.Graph:
+            self.check_alive(expected)
+            return self.live_graph(expected)
+
+        poll_s = max(POLL_S, len(expected) / 250)  # keep the observer's own load small on big runs
+        with self.admin() as admin:
+            conv = wait_converged(admin, graph, t0=t0, timeout_s=timeout_s, poll_s=poll_s, progress=progress)
+        self.run.action("converged", None, {"after": what, **conv.summary()})
+        return conv
+
+    def status(self) -> dict[str, Any]:
+        """One poll of every node: container state, tree/snake fields and the convergence verdict."""
+        from orchestrator.observe import check_convergence
+
+        containers = self.backend.containers(self.run_id)
+        running = {n for n, c in containers.items() if c.get("State") == "running"}
+        with self.admin() as admin:
+            states = admin.states(sorted(running))
+            errors = dict(admin.errors)
+        views = views_from_states(states)
+        graph = self.live_graph(running)
+        unreachable = sorted(running - set(views))
+        verdict = check_convergence(graph.subgraph(views), views)
+        rows = []
+        for name in self.topology.node_names:
+            doc = states.get(name) or {}
+            root = (doc.get("root") or {}).get("key")
+            rows.append({
+                "name": name, "container": (containers.get(name) or {}).get("State", "absent"),
+                "key": self.keys.get(name), "admin": self.endpoints.get(name), "root": root,
+                "root_name": self.name_of(root) if root else None, "parent": doc.get("parent"),
+                "parent_name": self.name_of(doc["parent"]) if doc.get("parent") else None,
+                "coords": doc.get("coords"), "descending": doc.get("descending"),
+                "descending_name": self.name_of(doc["descending"]) if doc.get("descending") else None,
+                "peers": len(doc.get("peers") or []) if doc else None,
+                "routing_table_size": doc.get("routing_table_size"), "error": errors.get(name),
+            })
+        return {"run_id": self.run_id, "backend": "docker", "topology": self.topology.name, "nodes": rows,
+                "running": len(running), "tree": verdict.tree and not unreachable,
+                "snake": verdict.snake and not unreachable, "wrong_root": verdict.wrong_root,
+                "wrong_descending": verdict.wrong_descending, "unreachable": unreachable}
+
+    # ------------------------------------------------------------ act
+
+    def ping(self, pairs: list[tuple[str, str]], modes: Iterable[str] = ("snek",), *, count: int = 1,
+             timeout_s: float = PING_TIMEOUT_S) -> list[dict[str, Any]]:
+        """Ping each (sender, target) in each mode through the sender's admin API; record every ping.
+
+        Returns the pings.jsonl lines written. Raises RunError for an unknown node name.
+        """
+        for a, b in pairs:
+            for n in (a, b):
+                if n not in self.keys:
+                    raise RunError(f"run {self.run_id}: no node {n!r} (nodes: {', '.join(self.topology.node_names)})")
+        jobs = [(a, b, mode) for a, b in pairs for mode in modes]
+        graph = self.live_graph()
+        classes = self.link_classes()
+        lines: list[dict[str, Any]] = []
+        with self.admin() as admin:
+            results = admin.ping_many([(a, self.keys[b], mode) for a, b, mode in jobs], count=count,
+                                      timeout_s=timeout_s)
+        for (a, b, mode), (sent, res) in zip(jobs, results):
+            got = res if isinstance(res, dict) else {"sent": count, "received": 0, "rtt_ms": [], "hops": []}
+            outcomes = [(True, r, h) for r, h in zip(got.get("rtt_ms", []), got.get("hops", []))]
+            outcomes += [(False, None, None)] * max(0, int(got.get("sent", count)) - len(outcomes))
+            for received, rtt, hops in outcomes:
+                line = self.run.ping(sender=a, sender_key=self.keys[a], target=b, target_key=self.keys[b], mode=mode,
+                                     sent_mono_s=sent, received=received, rtt_ms=rtt, hops=hops, graph=graph,
+                                     link_class=classes)
+                if isinstance(res, AdminError):
+                    line["error"] = str(res)
+                lines.append(line)
+        self.run.action("ping", None, {"pings": len(lines), "received": sum(1 for x in lines if x["received"]),
+                                       "modes": list(modes)})
+        return lines
+
+    def sample_pairs(self, n: int, *, seed: int = 0, include_far: bool = True) -> list[tuple[str, str]]:
+        """``n`` (sender, target) pairs within live components; the first is a farthest pair when asked."""
+        graph = self.live_graph()
+        rng = random.Random(f"pairs-{self.run_id}-{seed}")
+        pairs: list[tuple[str, str]] = []
+        comps = [sorted(c) for c in nx.connected_components(graph) if len(c) > 1]
+        if include_far and comps:
+            big = graph.subgraph(max(comps, key=len))
+            lengths = dict(nx.all_pairs_shortest_path_length(big))
+            far = max(((a, b) for a in lengths for b in lengths[a] if a < b), key=lambda p: (lengths[p[0]][p[1]], p))
+            pairs.append(far)
+        candidates = [(a, b) for c in comps for a in c for b in c if a != b and (a, b) not in pairs]
+        pairs += rng.sample(candidates, min(max(0, n - len(pairs)), len(candidates)))
+        return pairs[:n] if n else []
+
+    def current_root(self) -> str:
+        """The node most live nodes report as root. Raises RunError when nobody answers or it is not a node."""
+        running = self.running()
+        with self.admin() as admin:
+            views = views_from_states(admin.states(sorted(running)))
+        if not views:
+            raise RunError(f"run {self.run_id}: no node answered GET /state (running: {len(running)})")
+        key = Counter(v.root for v in views.values()).most_common(1)[0][0].hex()
+        name = self.name_of(key)
+        if name is None or name not in running:
+            raise RunError(f"run {self.run_id}: the reported root {key[:16]} is not a running node of the run")
+        return name
+
+    def kill_root(self, *, timeout_s: float | None = None, pairs: int = 4, modes: Iterable[str] = ("snek", "tree"),
+                  progress: Callable[[float, int, int], None] | None = None) -> dict[str, Any]:
+        """Kill the current root's container, wait for re-convergence (bound from the timers), ping again."""
+        victim = self.current_root()
+        running = self.running()
+        after = self.live_graph(running - {victim})
+        bound = reconvergence_bound_s(after)
+        t_kill = time.monotonic()
+        self.backend.kill(self.run_id, victim)
+        self.run.action("kill_root", victim, {"key": self.keys[victim], "bound_s": bound}, mono_s=t_kill)
+        gone = set(self.topology.node_names) - running | {victim}
+        conv = self.converge(t0=t_kill, timeout_s=timeout_s or bound, what="kill_root", exclude=gone,
+                             progress=progress)
+        lines = self.ping(self.sample_pairs(pairs), modes) if conv.converged and pairs else []
+        out = {"killed": victim, "killed_key": self.keys[victim], "bound_s": bound, **conv.summary(),
+               "pings": _ping_summary(lines)}
+        history = self.run.meta().get("observer", {}).get("kill_root", [])
+        self.run.update_meta(observer={"kill_root": [*history, out]})
+        return out
+
+
+def _ping_summary(lines: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for line in lines:
+        cell = out.setdefault(line["mode"], {"sent": 0, "received": 0})
+        cell["sent"] += 1
+        cell["received"] += bool(line["received"])
+    return out
+
+
+def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image: str, seed: int | str = 0,
+              shaping: tuple[ShapingBackend, str] = ("userspace", "default"), timeout_s: float = 120.0,
+              progress: Callable[[str, int, int], None] | None = None,
+              converge_progress: Callable[[float, int, int], None] | None = None) -> tuple[DockerSession, UpResult, Convergence]:
+    """Bring ``topology`` up as run ``run`` and wait (up to ``timeout_s`` after the last start) for convergence.
+
+    meta.json and docker.json are written as soon as the plan is fixed, before any
+    container exists. Raises DockerBackendError; on any exception (or Ctrl-C) what
+    was created stays labelled for ``snekbed down``.
+    """
+    shaping_backend, why = shaping
+
+    def on_plan(plan: AddressPlan, launches: dict[str, NodeLaunch]) -> None:
+        run.write_json("docker.json", plan.to_dict())
+        run.write_json("meta.json", {
+            "run_id": run.run_id, "backend": "docker", "variant": "snek", "topology": topology.name,
+            "seed": seed if isinstance(seed, int) else None, "clock": "real", "link_delay_ms": None,
+            "nodes": {name: la.key for name, la in launches.items()},
+            "links": [{"a": ln.a, "b": ln.b, "class": ln.link_class, "index": ln.index, "subnet": ln.net.subnet,
+                       "shaping_backend": shaping_backend} for ln in plan.links],
+            "versions": {**versions(), "docker_engine": _engine_version(backend), "image": image,
+                         "host": platform.node()},
+            "started_wall_ts": round(time.time(), 6),
+            "shaping": {"backend": shaping_backend, "why": why},
+            "address_block": plan.block, "observer": {},
+        })
+
+    result = backend.up(topology, run_id=run.run_id, events_dir=run.events_dir, image=image, seed=seed,
+                        shaping_backend=shaping_backend, progress=progress, on_plan=on_plan)
+    meta = run.meta()
+    for link in meta.get("links", []):
+        link["shaping_backend"] = result.link_backends.get(link["index"], shaping_backend)
+    run.update_meta(links=meta.get("links", []))
+    run.action("up", None, {"nodes": len(result.containers), "links": len(result.plan.links), "image": image,
+                            "shaping_backend": shaping_backend, "networks_s": round(result.network_s, 3),
+                            "containers_s": round(result.container_s, 3)}, mono_s=result.t_last_start)
+    session = DockerSession.open(run, backend)
+    conv = session.converge(t0=result.t_last_start, timeout_s=timeout_s, what="up", progress=converge_progress)
+    run.update_meta(observer={"up": {**conv.summary(), "networks_s": round(result.network_s, 3),
+                                     "containers_s": round(result.container_s, 3)}})
+    return session, result, conv
+
+
+def _engine_version(backend: DockerBackend) -> str:
+    try:
+        return str(backend.client.version().get("Version", "unknown"))
+    except Exception:  # a version string is nice to have, never worth failing a run
+        return "unknown"

@@ -1,0 +1,300 @@
+"""The in-process backend: N sans-IO routers in one trio process.
+
+Links are in-memory, reliable and ordered, like the reference simulator's
+pipes. Frames, timer expiries and observer ticks sit in one time-ordered heap;
+a single trio task pops them and feeds each router the event's own timestamp
+as ``now``. trio's clock is kept in step (``trio.sleep_until``), so with a
+``MockClock(autojump_threshold=0)`` protocol time runs as fast as the CPU
+allows, and with trio's normal clock it runs in real time. Ties are broken by
+insertion order and every random draw comes from one seeded RNG, so a
+virtual-clock run is a pure function of (topology, seed, options).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import trio
+
+from node.core import wire
+from node.core.crypto import Identity, derive_seed
+from node.core.router import Router, Timers
+from node.core.types import Frame, LinkType
+
+__all__ = ["InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
+
+LINK_TYPES = {t.name.lower(): int(t) for t in LinkType}
+LINK_TYPES["lan"] = int(LinkType.MULTICAST)
+
+# Event kinds in the heap
+_FRAME, _TIMER, _CALL = 0, 1, 2
+
+# A link-shaping hook: (now, frame size in bytes) -> arrival time, or None when lost.
+Shaper = Callable[[float, int], "float | None"]
+
+
+@dataclass(slots=True)
+class LinkEnd:
+    """One direction of a link: frames written by ``node`` on ``port`` arrive at ``peer`` on ``peer_port``."""
+
+    link_id: int
+    node: str
+    port: int
+    peer: str
+    peer_port: int
+    link_class: str
+    shaper: Shaper
+    last_arrival: float = 0.0
+    up: bool = True
+    sized: bool = False  # the shaper needs real frame sizes (it has a rate)
+
+
+@dataclass(slots=True)
+class SimNode:
+    name: str
+    router: Router
+    alive: bool = True
+    timer_at: float = math.inf
+    ends: dict[int, LinkEnd] = field(default_factory=dict)  # local port -> outgoing end
+
+    @property
+    def key(self) -> bytes:
+        return self.router.key
+
+
+class InprocNetwork:
+    """Build with nodes and links, then ``await run_until(t)``; observe through callbacks.
+
+    ``on_event(node, kind, fields, now)`` sees every router event;
+    ``on_frame(node, direction, frame, link_class, now)`` sees every frame sent or received
+    (only set it when you need it: it is on the hot path).
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[str],
+        links: Iterable[tuple[str, str, str] | tuple[str, str, str, dict[str, Any]]],
+        *,
+        seed: int = 0,
+        link_delay_ms: float = 1.0,
+        key_seeds: dict[str, bytes] | None = None,
+        shapers: dict[str, Callable[[random.Random], Shaper]] | None = None,
+        wire_bytes: bool = False,
+        detail_events: bool = False,
+        timers: Timers | None = None,
+        start: float = 0.0,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.link_delay_s = link_delay_ms / 1000.0
+        self.wire_bytes = wire_bytes
+        self.detail_events = detail_events
+        self.timers = timers
+        self.shapers = shapers or {}
+        self.on_event: Callable[[SimNode, str, dict[str, Any], float], None] | None = None
+        self.on_frame: Callable[[SimNode, str, Frame, str, float], None] | None = None
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._tie = itertools.count()
+        self.now = start
+        self.nodes: dict[str, SimNode] = {}
+        self.links: dict[int, tuple[LinkEnd, LinkEnd]] = {}
+        self._link_ids = itertools.count(1)
+        self.frames_delivered = 0
+        self._clock_offset: float | None = None
+        self.topology_version = 0  # bumped whenever a link or node comes or goes
+        key_seeds = key_seeds or {}
+        for name in nodes:
+            ident = Identity(key_seeds.get(name) or derive_seed(seed, name))
+            r = Router(ident, start, timers=timers, detail_events=detail_events)
+            self.nodes[name] = SimNode(name, r)
+        self._pending_links = list(links)
+
+    # ------------------------------------------------------------------ building
+
+    def start(self) -> None:
+        """Bring every node up and connect every link at the current time."""
+        for node in self.nodes.values():
+            self._flush(node)
+        for link in self._pending_links:
+            a, b, cls = link[:3]
+            opts = link[3] if len(link) > 3 else {}
+            self.connect(a, b, cls, **opts)
+        self._pending_links = []
+
+    def _default_shaper(self, end_rng: random.Random) -> Shaper:
+        mean = self.link_delay_s
+
+        def shape(now: float, nbytes: int) -> float:
+            # Uniform in [0.5, 1.5] x the mean: a random per-frame delay with the configured mean.
+            return now + mean * (0.5 + end_rng.random())
+
+        return shape
+
+    def _shaper_for(self, link_class: str, factory: Callable[[random.Random], Shaper] | None) -> Shaper:
+        end_rng = random.Random(self.rng.getrandbits(64))
+        factory = factory or self.shapers.get(link_class)
+        return factory(end_rng) if factory is not None else self._default_shaper(end_rng)
+
+    def connect(
+        self,
+        a: str,
+        b: str,
+        link_class: str = "pipe",
+        *,
+        link_type: int | None = None,
+        shaper: Callable[[random.Random], Shaper] | None = None,
+        sized: bool = False,
+    ) -> int | None:
+        """Peer ``a`` and ``b`` now. Returns the link id, or None when either is out of ports or dead.
+
+        ``shaper`` (a factory taking the end's RNG, e.g. ``netem.userspace.shaper_factory(shape)``)
+        replaces the default random delay; ``sized`` feeds it real encoded frame sizes (links with a rate).
+        """
+        na, nb = self.nodes[a], self.nodes[b]
+        if not (na.alive and nb.alive):
+            return None
+        lt = link_type if link_type is not None else LINK_TYPES.get(link_class, int(LinkType.REMOTE))
+        pa = na.router.add_peer(nb.key, lt, self.now)
+        if pa is None:
+            return None
+        pb = nb.router.add_peer(na.key, lt, self.now)
+        if pb is None:
+            na.router.remove_peer(pa, self.now, "ports_full")
+            self._flush(na)
+            return None
+        lid = next(self._link_ids)
+        ea = LinkEnd(lid, a, pa, b, pb, link_class, self._shaper_for(link_class, shaper), self.now, sized=sized)
+        eb = LinkEnd(lid, b, pb, a, pa, link_class, self._shaper_for(link_class, shaper), self.now, sized=sized)
+        na.ends[pa], nb.ends[pb] = ea, eb
+        self.links[lid] = (ea, eb)
+        self.topology_version += 1
+        self._flush(na)
+        self._flush(nb)
+        return lid
+
+    def disconnect(self, link_id: int, reason: str = "link_down") -> None:
+        ends = self.links.pop(link_id, None)
+        if ends is None:
+            return
+        self.topology_version += 1
+        for end in ends:
+            end.up = False
+            node = self.nodes[end.node]
+            node.ends.pop(end.port, None)
+            if node.alive:
+                node.router.remove_peer(end.port, self.now, reason)
+                self._flush(node)
+
+    def kill(self, name: str) -> None:
+        """The node stops dead: its peers see the streams close (EOF)."""
+        node = self.nodes[name]
+        node.alive = False
+        self.topology_version += 1
+        for end in list(node.ends.values()):
+            self.disconnect(end.link_id, "eof")
+        node.timer_at = math.inf
+
+    def links_between(self, a: str, b: str) -> list[int]:
+        return [lid for lid, (ea, _) in self.links.items() if {ea.node, ea.peer} == {a, b}]
+
+    # ------------------------------------------------------------------ running
+
+    def call_at(self, t: float, fn: Callable[[float], None]) -> None:
+        """Run ``fn(now)`` at protocol time ``t`` (observer ticks, chaos steps)."""
+        heapq.heappush(self._heap, (t, next(self._tie), _CALL, fn))
+
+    def next_event_time(self) -> float:
+        return self._heap[0][0] if self._heap else math.inf
+
+    async def run_until(self, t_end: float, *, stop: Callable[[], bool] | None = None, quantum_s: float = 0.0005) -> None:
+        """Process every event up to ``t_end`` (or until ``stop()`` is true after an event)."""
+        heap = self._heap
+        if self._clock_offset is None:
+            # protocol time 0 = trio time at the first run (MockClock starts at 0; the real clock does not)
+            self._clock_offset = trio.current_time() - self.now
+        offset = self._clock_offset
+        synced = trio.current_time() - offset
+        while heap and heap[0][0] <= t_end:
+            t, _, kind, item = heapq.heappop(heap)
+            if t > synced + quantum_s:
+                await trio.sleep_until(t + offset)
+                synced = t
+            self.now = t
+            if kind == _FRAME:
+                end, frame = item
+                if not end.up:
+                    continue
+                node = self.nodes[end.peer]
+                if not node.alive:
+                    continue
+                if self.wire_bytes:
+                    frame = wire.decode_frame(frame)
+                if self.on_frame is not None:
+                    self.on_frame(node, "received", frame, end.link_class, t)
+                node.router.frame_received(end.peer_port, frame, t)
+                self.frames_delivered += 1
+                self._flush(node)
+            elif kind == _TIMER:
+                node = item
+                if not node.alive or node.timer_at != t:
+                    continue  # stale
+                node.timer_at = math.inf
+                node.router.handle_timer(t)
+                self._flush(node)
+            else:
+                item(t)
+                # only observer/chaos callbacks change what ``stop`` looks at: test it after them alone
+                if stop is not None and stop():
+                    break
+        if t_end > self.now and t_end != math.inf and not (stop is not None and stop()):
+            await trio.sleep_until(max(t_end + offset, trio.current_time()))
+            self.now = t_end
+
+    def _flush(self, node: SimNode) -> None:
+        """Move a router's outputs onto links, observers and its timer."""
+        r = node.router
+        now = self.now
+        if r.outbox:
+            out, r.outbox = r.outbox, []
+            for port, frame in out:
+                end = node.ends.get(port)
+                if end is None or not end.up:
+                    continue
+                data: Any = frame
+                size = 0
+                if self.wire_bytes:
+                    data = wire.encode_frame(frame)
+                    size = len(data)
+                elif end.sized:
+                    size = len(wire.encode_frame(frame))
+                if self.on_frame is not None:
+                    self.on_frame(node, "sent", frame, end.link_class, now)
+                arrival = end.shaper(now, size or 64)
+                if arrival is None:
+                    continue  # lost on the link
+                # A peering is a reliable ordered stream: never overtake the previous frame.
+                arrival = max(arrival, end.last_arrival)
+                end.last_arrival = arrival
+                heapq.heappush(self._heap, (arrival, next(self._tie), _FRAME, (end, data)))
+        if r.disconnects:
+            gone, r.disconnects = r.disconnects, []
+            for port, reason in gone:
+                end = node.ends.get(port)
+                if end is not None:
+                    self.disconnect(end.link_id, reason)
+        if r.events:
+            evs, r.events = r.events, []
+            if self.on_event is not None:
+                for kind, fields in evs:
+                    self.on_event(node, kind, fields, now)
+        if r.delivered:
+            r.delivered.clear()
+        d = r.next_deadline()
+        if d < node.timer_at:
+            node.timer_at = d
+            heapq.heappush(self._heap, (d, next(self._tie), _TIMER, node))

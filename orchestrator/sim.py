@@ -1,0 +1,235 @@
+"""``snekbed sim``: run a topology in the in-process backend and measure it.
+
+Phases: start every node and link at t=0; run until tree and snake have
+converged (or ``max_time_s`` of protocol time passes); send SNEK pings between
+sampled pairs; optionally kill the root and measure re-convergence and pings
+again. The result is the JSON document of the CLI contract.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import networkx as nx
+import trio
+import trio.testing
+
+
+from .backends.inproc import InprocNetwork, SimNode
+from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, stretch_summary
+from .record import RunRecorder
+
+__all__ = ["SimConfig", "run_sim", "run_sim_sync"]
+
+OBSERVE_EVERY_S = 0.1
+PING_WAIT_S = 6.0  # the reference's 5 s ping timeout, plus slack
+
+
+@dataclass
+class SimConfig:
+    nodes: list[str]
+    links: list[tuple[str, str, str]]
+    name: str = "topology"
+    clock: str = "virtual"
+    seed: int = 0
+    pairs: int = 100
+    kill_root: bool = False
+    link_delay_ms: float = 1.0
+    max_time_s: float = 600.0
+    wire_bytes: bool = False
+    record: Path | None = None
+    run_id: str | None = None
+    key_seeds: dict[str, bytes] = field(default_factory=dict)
+    topology_doc: dict[str, Any] | None = None
+    shapers: dict[str, Any] | None = None
+    link_options: list[dict[str, Any]] | None = None  # per link: connect() keyword options (link_type, shaper, sized)
+
+
+class _Sim:
+    def __init__(self, cfg: SimConfig, progress: Callable[[str, float], None] | None) -> None:
+        self.cfg = cfg
+        self.progress = progress or (lambda phase, t: None)
+        recording = cfg.record is not None
+        links = cfg.links
+        if cfg.link_options is not None:
+            links = [(*link, opts) for link, opts in zip(cfg.links, cfg.link_options)]
+        self.net = InprocNetwork(
+            cfg.nodes,
+            links,
+            seed=cfg.seed,
+            link_delay_ms=cfg.link_delay_ms,
+            key_seeds=cfg.key_seeds,
+            wire_bytes=cfg.wire_bytes,
+            detail_events=recording,
+            shapers=cfg.shapers,
+        )
+        self.tracker = ConvergenceTracker()
+        self.rng = random.Random(f"pairs-{cfg.seed}")
+        self.recorder = RunRecorder.for_inproc(cfg, self.net) if recording else None
+        self.net.on_event = self._on_event
+        if self.recorder is not None:
+            self.net.on_frame = self.recorder.on_frame
+        self.done = False
+        self._graph: tuple[int, nx.Graph] | None = None
+        self._changed = True  # a root or descending changed since the last check
+        self.names_by_key = {n.key: name for name, n in self.net.nodes.items()}
+
+    # -------------------------------------------------------------- observation
+
+    def _on_event(self, node: SimNode, kind: str, fields: dict[str, Any], now: float) -> None:
+        if kind == "root_changed":
+            self.tracker.root_changed(node.name, bytes.fromhex(fields["root"]), now)
+            self._changed = True
+        elif kind == "descending_changed":
+            self.tracker.descending_changed(node.name, now)
+            self._changed = True
+        if self.recorder is not None:
+            self.recorder.on_event(node, kind, fields, now)
+
+    def live_graph(self) -> nx.Graph:
+        if self._graph is not None and self._graph[0] == self.net.topology_version:
+            return self._graph[1]
+        g = nx.Graph()
+        g.add_nodes_from(n for n, sn in self.net.nodes.items() if sn.alive)
+        for ea, _ in self.net.links.values():
+            g.add_edge(ea.node, ea.peer)
+        self._graph = (self.net.topology_version, g)
+        self._changed = True
+        return g
+
+    def views(self) -> dict[str, NodeView]:
+        out = {}
+        for name, sn in self.net.nodes.items():
+            if sn.alive:
+                r = sn.router
+                out[name] = NodeView(r.key, r.root.key, r.descending.key if r.descending else None)
+        return out
+
+    def _tick(self, now: float) -> None:
+        graph = self.live_graph()
+        if not self._changed:  # nothing that convergence depends on moved: same verdict as last time
+            self.net.call_at(now + OBSERVE_EVERY_S, self._tick)
+            return
+        self._changed = False
+        verdict = self.tracker.observe(graph, self.views())
+        if verdict.snake:
+            self.done = True
+        else:
+            self.net.call_at(now + OBSERVE_EVERY_S, self._tick)
+        self.progress("converging", now - self.tracker.t0)
+
+    async def converge(self, t0: float) -> tuple[float | None, float | None]:
+        self.tracker.reset(t0)
+        self.done = False
+        self._changed = True
+        self.net.call_at(t0, self._tick)
+        await self.net.run_until(t0 + self.cfg.max_time_s, stop=lambda: self.done)
+        return self.tracker.tree_s, self.tracker.snake_s
+
+    # -------------------------------------------------------------- pings
+
+    async def ping_pairs(self, phase: str) -> dict[str, Any]:
+        g = self.live_graph()
+        comps = [sorted(c) for c in nx.connected_components(g) if len(c) > 1]
+        candidates = [(a, b) for c in comps for a in c for b in c if a != b]
+        n = min(self.cfg.pairs, len(candidates))
+        pairs = self.rng.sample(candidates, n) if n else []
+        now = self.net.now
+        sent: list[tuple[str, str, int]] = []
+        for a, b in pairs:
+            router = self.net.nodes[a].router
+            if router.ping.start(self.net.nodes[b].key, now, mode="snek"):
+                sent.append((a, b, nx.shortest_path_length(g, a, b)))
+            self.net._flush(self.net.nodes[a])
+        await self.net.run_until(now + PING_WAIT_S)
+        delivered = 0
+        samples = []
+        results = {}
+        for name, sn in self.net.nodes.items():
+            for res in sn.router.ping.results:
+                results[(name, self.names_by_key.get(res.target))] = res
+            sn.router.ping.results.clear()
+        for a, b, shortest in sent:
+            res = results.get((a, b))
+            ok = res is not None and res.received
+            delivered += ok
+            if ok:
+                samples.append((res.links, shortest))
+            if self.recorder is not None:
+                self.recorder.ping(a, b, self.net.nodes[a].key, self.net.nodes[b].key, "snek", now, res, shortest, g)
+        self.progress(phase, self.net.now)
+        return {"sent": len(sent), "delivered": delivered, "samples": samples}
+
+    # -------------------------------------------------------------- the run
+
+    async def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        wall0 = time.perf_counter()
+        if self.recorder is not None:
+            self.recorder.start(self.net)
+        self.net.start()
+        tree_s, snake_s = await self.converge(self.net.now)
+        if self.recorder is not None:
+            self.recorder.action("converged", None, {"tree_converged_s": tree_s, "snake_converged_s": snake_s}, self.net.now)
+        pings = await self.ping_pairs("pinging")
+        out: dict[str, Any] = {
+            "topology": cfg.name,
+            "nodes": len(cfg.nodes),
+            "links": len(self.net.links),
+            "seed": cfg.seed,
+            "clock": cfg.clock,
+            "link_delay_ms": cfg.link_delay_ms,
+            "tree_converged_s": _r(tree_s),
+            "snake_converged_s": _r(snake_s),
+            "pings": {"sent": pings["sent"], "delivered": pings["delivered"]},
+            "stretch": stretch_summary(pings["samples"]),
+            "hops_counted": HOP_CONVENTION,
+        }
+        if cfg.kill_root:
+            live = [(sn.key, name) for name, sn in self.net.nodes.items() if sn.alive]
+            victim = max(live)[1]
+            t_kill = self.net.now
+            if self.recorder is not None:
+                self.recorder.action("kill_root", victim, {"key": self.net.nodes[victim].key.hex()}, t_kill)
+            self.net.kill(victim)
+            tree2, snake2 = await self.converge(t_kill)
+            if self.recorder is not None:
+                self.recorder.action(
+                    "converged", None, {"tree_converged_s": tree2, "snake_converged_s": snake2}, self.net.now
+                )
+            pings2 = await self.ping_pairs("pinging after root kill")
+            out["root_kill"] = {
+                "killed": self.net.nodes[victim].key.hex(),
+                "killed_name": victim,
+                "tree_reconverged_s": _r(tree2),
+                "snake_reconverged_s": _r(snake2),
+                "pings": {"sent": pings2["sent"], "delivered": pings2["delivered"]},
+                "stretch": stretch_summary(pings2["samples"]),
+            }
+        out["protocol_time_s"] = round(self.net.now, 3)
+        out["wall_s"] = round(time.perf_counter() - wall0, 3)
+        out["frames_delivered"] = self.net.frames_delivered
+        if self.recorder is not None:
+            self.recorder.finish(self.net, out)
+            out["record"] = str(self.recorder.root)
+        return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+async def run_sim(cfg: SimConfig, progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+    return await _Sim(cfg, progress).run()
+
+
+def run_sim_sync(cfg: SimConfig, progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+    """Run with the configured clock: ``virtual`` = MockClock(autojump_threshold=0), ``real`` = trio's."""
+    if cfg.clock not in ("virtual", "real"):
+        raise ValueError(f"clock must be 'virtual' or 'real', not {cfg.clock!r}")
+    clock = trio.testing.MockClock(autojump_threshold=0) if cfg.clock == "virtual" else None
+    return trio.run(run_sim, cfg, progress, clock=clock)

@@ -1,0 +1,118 @@
+"""``snekbed sim TOPOLOGY [--clock virtual|real] [--seed N] [--pairs N] [--kill-root] [--json]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .sim import SimConfig, run_sim_sync
+from .topology import Topology, TopologyError
+from .topology_loaders import load_topology
+
+__all__ = ["sim", "config_from_topology"]
+
+
+def link_options(topo: Topology, index: int) -> dict:
+    """How the in-process backend realises ``topo.links[index]``: its class's link type, and the
+    class's shape (delay, jitter, loss, rate, queue) through netem's userspace shaper, the same
+    code a node's transport uses. Links whose class has no shape keep the default random delay."""
+    from netem.classes import LinkShape, link_type_number
+    from netem.userspace import shaper_factory
+
+    cls = topo.link_class_of(index)
+    opts: dict = {"link_type": link_type_number(cls)}
+    if cls.shape != LinkShape():
+        # Peerings are reliable streams: a lost segment is retransmitted (late), not lost to the overlay.
+        opts["shaper"] = shaper_factory(cls.shape, loss_mode="retransmit")
+        opts["sized"] = cls.shape.rate_mbit is not None
+    return opts
+
+
+def config_from_topology(topo: Topology, **kw) -> SimConfig:
+    seed = kw.get("seed", 0)
+    key_seeds = {n.name: n.seed_bytes(seed) for n in topo.nodes if n.key_seed}
+    return SimConfig(
+        nodes=topo.node_names,
+        links=[(l.a, l.b, l.link_class) for l in topo.links],
+        link_options=[link_options(topo, i) for i in range(len(topo.links))],
+        name=topo.name,
+        key_seeds=key_seeds,
+        topology_doc=topo.to_dict(),
+        **kw,
+    )
+
+
+def _table(out: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"snekbed sim: {out['topology']} ({out['nodes']} nodes, {out['links']} links, seed {out['seed']})")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+
+    def fmt(x):
+        return "never" if x is None else f"{x:g}"
+
+    t.add_row("tree converged (protocol s)", fmt(out["tree_converged_s"]))
+    t.add_row("snake converged (protocol s)", fmt(out["snake_converged_s"]))
+    t.add_row("pings delivered", f"{out['pings']['delivered']}/{out['pings']['sent']}")
+    st = out["stretch"]
+    t.add_row("stretch mean / median / p95", f"{fmt(st['mean'])} / {fmt(st['median'])} / {fmt(st['p95'])}")
+    if "root_kill" in out:
+        rk = out["root_kill"]
+        t.add_row("root killed", f"{rk['killed_name']} ({rk['killed'][:16]}…)")
+        t.add_row("tree re-converged (s after kill)", fmt(rk["tree_reconverged_s"]))
+        t.add_row("snake re-converged (s after kill)", fmt(rk["snake_reconverged_s"]))
+        t.add_row("pings after kill", f"{rk['pings']['delivered']}/{rk['pings']['sent']}")
+    t.add_row("wall time (s)", fmt(out["wall_s"]))
+    t.caption = "hops counted per link; " + out["hops_counted"].split(";")[0]
+    Console().print(t)
+
+
+@click.command()
+@click.argument("topology", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--clock", type=click.Choice(["virtual", "real"]), default="virtual", show_default=True,
+              help="virtual: trio MockClock, protocol time runs as fast as the CPU allows; real: wall-clock time.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds node keys, link delays and ping pairs.")
+@click.option("--pairs", type=int, default=100, show_default=True, help="SNEK pings to sample after convergence.")
+@click.option("--kill-root", is_flag=True, help="After convergence, kill the root and measure re-convergence.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--link-delay-ms", type=float, default=1.0, show_default=True,
+              help="Mean per-frame delay of each in-memory link (uniform in [0.5, 1.5] x mean).")
+@click.option("--max-time", "max_time_s", type=float, default=600.0, show_default=True,
+              help="Give up on convergence after this much protocol time (s).")
+@click.option("--record", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write a run directory (docs/run-dataset.md) for `snekbed analyze`.")
+@click.option("--run-id", default=None, help="Run id for the recording (default: random).")
+@click.option("--wire-bytes", is_flag=True, help="Encode and decode every frame on the in-memory links.")
+def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_json: bool, link_delay_ms: float,
+        max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool) -> None:
+    """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
+    try:
+        topo = load_topology(topology)
+    except TopologyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    cfg = config_from_topology(
+        topo, clock=clock, seed=seed, pairs=pairs, kill_root=kill_root, link_delay_ms=link_delay_ms,
+        max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes,
+    )
+    if as_json:
+        out = run_sim_sync(cfg)
+        click.echo(json.dumps(out))
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
+                  console=None) as prog:
+        task = prog.add_task("starting", total=None)
+
+        def progress(phase: str, t: float) -> None:
+            prog.update(task, description=f"{phase}: protocol time {t:.1f} s")
+
+        out = run_sim_sync(cfg, progress)
+    _table(out)
+    if out["snake_converged_s"] is None:
+        sys.exit(1)

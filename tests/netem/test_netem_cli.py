@@ -1,0 +1,44 @@
+"""`snekbed netem ...` and `snekbed links ...` through click's CliRunner and the real lazy CLI."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from netem.classes import default_classes
+from orchestrator.cli import main
+
+PROBE_KEYS = {"netem", "tbf", "htb", "ifb", "iptables_statistic", "backend"}
+
+
+def test_netem_probe_json_prints_exactly_the_documented_keys():
+    result = CliRunner().invoke(main, ["netem", "probe", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == PROBE_KEYS
+    assert all(isinstance(data[k], bool) for k in PROBE_KEYS - {"backend"})
+    assert data["backend"] in ("kernel-netem", "kernel-partial", "userspace")
+    assert result.stderr == "" or result.stderr.startswith("note: ")  # the choice is never silent
+
+
+def test_netem_probe_table():
+    result = CliRunner().invoke(main, ["netem", "probe"])
+    assert result.exit_code == 0, result.output
+    for key in PROBE_KEYS:
+        assert key in result.stdout
+
+
+def test_netem_classes_json_round_trips_the_table():
+    result = CliRunner().invoke(main, ["netem", "classes", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == set(default_classes())
+    assert data["bluetooth"]["shape"]["rate_mbit"] == 1.5 and data["bluetooth"]["link_type"] == "bluetooth"
+
+
+def test_links_commands_exist_and_ask_for_a_topology(tmp_path):
+    for sub in ("apply", "show", "clear", "check"):
+        result = CliRunner().invoke(main, ["links", sub], env={"SNEKBED_RUNS_DIR": str(tmp_path)})  # no runs there
+        assert result.exit_code == 1
+        assert "needs a running topology: see `snekbed up`" in result.output

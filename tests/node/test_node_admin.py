@@ -1,0 +1,98 @@
+"""The admin API contract and run-time peering: add/drop peers, redial with backoff, userspace shaping."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from nodeproc import Cluster, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    with Cluster(tmp_path, tag="admin") as c:
+        yield c
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_admin_contract_and_errors(cluster: Cluster) -> None:
+    n = cluster.start("n")
+    health = n.get("/healthz")
+    assert health["ok"] is True and health["public_key"] == n.key.hex() and health["peers"] == 0
+    state = n.state()
+    assert set(state) >= {"public_key", "root", "parent", "coords", "descending", "peers", "routing_table_size"}
+    assert state["root"] == {"key": n.key.hex(), "sequence": 1} and state["parent"] is None and state["peers"] == []
+    bad = [
+        ("/ping", {"key": "abc"}, 422, "key"),
+        ("/ping", {"key": "00" * 32, "mode": "flood"}, 422, "mode"),
+        ("/ping", {"key": "00" * 32, "count": 0}, 422, "count"),
+        ("/ping", {"key": "00" * 32, "bogus": 1}, 422, "bogus"),
+        ("/peers", {"uri": "tcp://h:1?class=wifi"}, 400, "unknown link class 'wifi'"),
+        ("/traffic", {"key": "00" * 32, "payload_bytes": 5}, 422, "payload_bytes"),
+    ]
+    for path, body, status, words in bad:
+        r = n.post(path, body)
+        assert r.status_code == status, (path, body, r.text)
+        assert words in r.json()["error"], r.json()
+    r = n._client.post(n.admin + "/ping", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "JSON" in r.json()["error"]
+    assert n._client.delete(n.admin + "/peers/0").status_code == 400
+    assert n._client.delete(n.admin + "/peers/77").status_code == 404
+    # a ping to an unknown key times out cleanly: sent 1, received 0
+    assert n.ping(b"\x01" * 32, "snek", count=1, timeout_s=0.5) == {"sent": 1, "received": 0, "rtt_ms": [], "hops": []}
+
+
+def test_add_and_drop_peers_at_run_time(cluster: Cluster) -> None:
+    a = cluster.start("a")
+    b = cluster.start("b")
+    r = b.post("/peers", {"uri": a.uri("lan"), "timeout_s": 10})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["status"] == "connected" and body["key"] == a.key.hex() and body["class"] == "multicast"
+    assert [p["class"] for p in b.state()["peers"]] == ["multicast"]
+    wait_until(lambda: b.ping(a.key, "snek", timeout_s=2)["received"] == 1, 10, what="ping over the new peering")
+    r = b._client.delete(f"{b.admin}/peers/{body['port']}")
+    assert r.status_code == 200 and r.json()["key"] == a.key.hex()
+    wait_until(lambda: a.state()["peers"] == [], 5, what="a sees the peering go")
+    time.sleep(2.0)  # dropped peerings are not redialled
+    assert b.state()["peers"] == [] and a.state()["peers"] == []
+    down = [e for e in b.events() if e["event"] == "peer_down"]
+    assert down and down[-1]["reason"] == "admin_removed"
+    r = b.post("/peers", {"uri": "tcp://127.0.0.1:1", "timeout_s": 0.5})  # nothing listens there
+    assert r.status_code == 202 and r.json()["status"] == "dialing" and "dial failed" in r.json()["last_error"]
+
+
+def test_configured_peer_is_redialled_after_a_restart(cluster: Cluster) -> None:
+    port = _free_port()
+    a = cluster.start("a", "--listen", f"127.0.0.1:{port}")
+    b = cluster.start("b", "--peer", f"tcp://127.0.0.1:{port}", "--backoff-max-s", "2")
+    wait_until(lambda: len(b.state()["peers"]) == 1, 10, what="first peering")
+    assert a.terminate() == 0
+    wait_until(lambda: b.state()["peers"] == [], 5, what="b notices")
+    time.sleep(3)  # b keeps redialling a closed port meanwhile (backoff capped at 2 s)
+    a.start()
+    t0 = time.monotonic()
+    wait_until(lambda: len(b.state()["peers"]) == 1, 6, what="redial after the restart")
+    assert time.monotonic() - t0 < 4.5  # one capped backoff (2 s +20 %) plus connect and handshake
+    assert b.ping(a.key, "snek", timeout_s=2)["received"] == 1
+
+
+def test_userspace_shaping_delays_both_directions(cluster: Cluster) -> None:
+    a = cluster.start("a", "--inbound", "tcp://127.0.0.1?class=bluetooth&delay_ms=40")
+    b = cluster.start("b", "--peer", a.uri("bluetooth", delay_ms=40))
+    wait_until(lambda: len(a.state()["peers"]) == 1 and len(b.state()["peers"]) == 1, 10, what="peering")
+    assert [p["class"] for p in a.state()["peers"]] == ["bluetooth"]
+    wait_until(lambda: b.ping(a.key, "snek", timeout_s=3)["received"] == 1, 10, what="ping")
+    res = b.ping(a.key, "snek", count=5, timeout_s=3)
+    assert res["received"] == 5
+    assert min(res["rtt_ms"]) >= 80.0, res  # 40 ms each way, added by each side's writer
+    assert max(res["rtt_ms"]) < 400.0, res

@@ -1,0 +1,215 @@
+"""Compose files: generated and committed, accepted by docker-compose 1.29 (and v2 when present),
+and the 5-node line converging under the machine's docker-compose; Prometheus (the host's binary)
+discovering and scraping those nodes with compose/prometheus.yml and answering every dashboard query."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from orchestrator.compose import ComposeError, compose_document, compose_run_id, render_compose
+from orchestrator.topology import Topology
+from orchestrator.topology_loaders import load_topology
+from tests.conftest import docker_available, need
+from tests.orchestrator.docker_helpers import build_test_image
+
+REPO = Path(__file__).resolve().parents[2]
+FILES = ("line-5", "ring-8", "mesh-12")
+
+
+def _compose_v2() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+
+
+# ---------------------------------------------------------------- the files (no engine)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_committed_compose_files_match_the_generator(name: str) -> None:
+    topo = load_topology(REPO / "compose" / "topologies" / f"{name}.yaml")
+    expected = render_compose(topo, source=f"compose/topologies/{name}.yaml")
+    assert (REPO / "compose" / f"{name}.yml").read_text() == expected, (
+        f"compose/{name}.yml is stale: snekbed compose compose/topologies/{name}.yaml -o compose/{name}.yml")
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_compose_document_is_v1_compatible_and_complete(name: str) -> None:
+    topo = load_topology(REPO / "compose" / "topologies" / f"{name}.yaml")
+    doc = yaml.safe_load((REPO / "compose" / f"{name}.yml").read_text())
+    assert set(doc) == {"services", "networks", "volumes"}  # no top-level name: or version:
+    assert "start_interval" not in json.dumps(doc)
+    assert doc["networks"]["control"].get("internal") is None
+    links = [n for n in doc["networks"] if n != "control"]
+    assert len(links) == len(topo.links)
+    for net in links:
+        assert doc["networks"][net]["internal"] is True
+        assert doc["networks"][net]["ipam"]["config"][0]["subnet"].endswith("/29")
+    peers = inbound = 0
+    for spec in topo.nodes:
+        svc = doc["services"][spec.name]
+        assert svc["init"] is True and svc["image"] == "snekbed-node:latest"
+        assert svc["labels"]["snekbed.run"] == compose_run_id(topo) and svc["labels"]["snekbed.node"] == spec.name
+        peers += svc["command"].count("--peer")
+        inbound += svc["command"].count("--inbound")
+    assert peers == inbound == len(topo.links)
+    for svc in ("prometheus", "grafana"):
+        assert doc["services"][svc]["profiles"] == ["monitoring"]
+        for volume in doc["services"][svc]["volumes"]:
+            src = volume.split(":")[0]
+            if src.startswith("."):
+                assert (REPO / "compose" / src).resolve().exists(), volume
+
+
+def test_mesh_links_carry_their_full_shape_in_userspace() -> None:
+    topo = load_topology(REPO / "compose" / "topologies" / "mesh-12.yaml")
+    cmd = compose_document(topo)["services"]["n02"]["command"]
+    remote = [a for a in cmd if "class=remote" in a]
+    assert any("delay_ms=40" in a and "rate_mbit=10" in a and "loss_pct=0.2" in a for a in remote), remote
+    assert any("class=bluetooth" in a and "loss_pct=2" in a and "queue_limit_pkts=20" in a for a in cmd)
+
+
+def test_compose_refuses_what_it_cannot_express() -> None:
+    topo = Topology.from_data({"name": "mc", "nodes": [{"name": "a", "multicast": True}, "b"], "links": [["a", "b"]]})
+    with pytest.raises(ComposeError, match="multicast nodes are not supported"):
+        compose_document(topo)
+    with pytest.raises(ComposeError, match="--subnet-pool 'x'"):
+        compose_document(topo, pool="x")
+
+
+def test_prometheus_config_is_valid() -> None:
+    promtool = shutil.which("promtool")
+    need(promtool is not None, "promtool (Prometheus) is not installed")
+    done = subprocess.run([promtool, "check", "config", str(REPO / "compose" / "prometheus.yml")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_compose_config_accepts_every_file(version: str) -> None:
+    if version == "v1":
+        need(shutil.which("docker-compose") is not None, "docker-compose (v1) is not installed")
+        base = ["docker-compose"]
+    else:
+        if not _compose_v2():
+            pytest.skip("docker compose v2 is not installed (optional: files are checked with v1)")
+        base = ["docker", "compose"]
+    for name in FILES:
+        for profile in ([], ["--profile", "monitoring"]):
+            done = subprocess.run([*base, "-f", str(REPO / "compose" / f"{name}.yml"), *profile, "config", "-q"],
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, (name, profile, done.stderr)
+
+
+# ---------------------------------------------------------------- the line, for real
+
+
+@pytest.fixture(scope="module")
+def line5_project() -> Iterator[tuple[str, dict[str, str]]]:
+    ok, why = docker_available()
+    need(ok, why)
+    need(shutil.which("docker-compose") is not None, "docker-compose (v1) is not installed")
+    import docker
+
+    client = docker.from_env()
+    build_test_image(client)  # tags snekbed-node:latest, which the committed files name
+    project = f"snektest{uuid.uuid4().hex[:8]}"
+    base = ["docker-compose", "-f", str(REPO / "compose" / "line-5.yml"), "-p", project]
+    try:
+        done = subprocess.run([*base, "up", "-d"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        endpoints: dict[str, str] = {}
+        for c in client.api.containers(filters={"label": f"com.docker.compose.project={project}"}):
+            port = next(p for p in c["Ports"] if p.get("PrivatePort") == 8080 and p.get("PublicPort"))
+            endpoints[c["Labels"]["snekbed.node"]] = f"127.0.0.1:{port['PublicPort']}"  # the published admin port
+        yield project, endpoints
+    finally:
+        subprocess.run([*base, "down", "-v", "-t", "5"], capture_output=True, timeout=300)
+        left = client.api.containers(all=True, filters={"label": f"com.docker.compose.project={project}"})
+        nets = client.api.networks(filters={"label": f"com.docker.compose.project={project}"})
+        assert not left and not nets, (left, nets)
+
+
+@pytest.mark.docker
+def test_docker_compose_line5_converges_and_pings(line5_project: tuple[str, dict[str, str]]) -> None:
+    from orchestrator.backends.docker_observe import AdminClient, wait_converged
+
+    _, endpoints = line5_project
+    assert sorted(endpoints) == ["n01", "n02", "n03", "n04", "n05"]
+    topo = load_topology(REPO / "compose" / "topologies" / "line-5.yaml")
+    graph = topo.simple_graph()
+    with AdminClient(endpoints) as admin:
+        conv = wait_converged(admin, lambda: graph, t0=time.monotonic(), timeout_s=90)
+        assert conv.converged, conv.summary()
+        target = admin.state("n05")["public_key"]
+        for mode in ("snek", "tree"):
+            res = admin.ping("n01", target, mode=mode, count=2)
+            assert res["received"] == 2 and res["hops"] == [5, 5], res
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.docker
+@pytest.mark.prometheus
+def test_prometheus_discovers_the_nodes_and_answers_the_dashboard(line5_project: tuple[str, dict[str, str]]) -> None:
+    binary = shutil.which("prometheus")
+    need(binary is not None, "the prometheus binary is not installed")
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="snekbed-prom-") as data:
+        proc = subprocess.Popen([binary, f"--config.file={REPO / 'compose' / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            api = f"http://127.0.0.1:{port}/api/v1"
+            deadline = time.monotonic() + 90
+            while not _ready(f"http://127.0.0.1:{port}/-/ready"):
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, "prometheus never became ready"
+                time.sleep(0.5)
+            while True:
+                up = _query(api, 'up{job="snek-nodes", run="compose-line-5"}')
+                if len(up) == 5 and all(r["value"][1] == "1" for r in up) and len(_query(api, "snek_tree_depth")) >= 5:
+                    break
+                assert time.monotonic() < deadline, f"targets never all up: {up}"
+                time.sleep(1)
+            assert sorted(r["metric"]["node"] for r in up) == ["n01", "n02", "n03", "n04", "n05"]
+            roots = _query(api, 'count by (key) (snek_root_info{run="compose-line-5"})')
+            assert len(roots) == 1 and roots[0]["value"][1] == "5"
+            dashboard = json.loads((REPO / "dashboards" / "snek-overview.json").read_text())
+            exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+            assert len(exprs) >= 16
+            for expr in exprs:
+                _query(api, expr.replace("$run", ".*"))  # raises on a PromQL error
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _query(api: str, expr: str) -> list[dict]:
+    resp = httpx.get(f"{api}/query", params={"query": expr}, timeout=10, trust_env=False)
+    body = resp.json()
+    assert resp.status_code == 200 and body["status"] == "success", (expr, body)
+    return body["data"]["result"]

@@ -1,0 +1,196 @@
+"""The Docker backend against the real engine and the real node image.
+
+Every test works under its own run id and removes everything labelled with it in
+a ``finally``. The CLI runs as a subprocess, as a user would run it (and so the
+SIGINT test can interrupt it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.contract import ACTION_FIELDS, PING_FIELDS, RunMeta, validate_event, validate_record
+from tests.conftest import docker_available, need
+from tests.orchestrator.docker_helpers import build_test_image
+from tests.orchestrator.docker_helpers import labelled as labelled_by
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+LINE5 = REPO / "compose" / "topologies" / "line-5.yaml"
+MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
+LABEL = "snekbed.run"
+
+
+@pytest.fixture(scope="module")
+def client() -> object:
+    ok, why = docker_available()
+    need(ok, why)
+    import docker
+
+    return docker.from_env()
+
+
+@pytest.fixture(scope="module")
+def image(client: object) -> str:
+    return build_test_image(client)
+
+
+@pytest.fixture
+def run_id(client: object) -> Iterator[str]:
+    from orchestrator.backends.docker import DockerBackend
+
+    rid = f"t{uuid.uuid4().hex[:7]}"
+    try:
+        yield rid
+    finally:
+        DockerBackend(client).down(rid)  # type: ignore[arg-type]
+
+
+def snekbed(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=REPO)
+
+
+def json_out(done: subprocess.CompletedProcess[str]) -> dict:
+    assert done.stdout.strip(), f"no output (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def labelled(client: object, run_id: str) -> tuple[int, int]:
+    return labelled_by(client, f"{LABEL}={run_id}")
+
+
+def check_run_dir(run_dir: Path, run_id: str, nodes: int, killed: frozenset[str] = frozenset()) -> None:
+    meta = RunMeta.model_validate_json((run_dir / "meta.json").read_text())
+    assert meta.backend == "docker" and len(meta.nodes) == nodes
+    assert all(link.shaping_backend in ("kernel-partial", "kernel-netem", "userspace") for link in meta.links)
+    events = sorted((run_dir / "events").glob("*.jsonl"))
+    assert len(events) == nodes
+    for path in events:
+        lines = path.read_text().splitlines()
+        kinds = [json.loads(x)["event"] for x in lines]
+        assert "node_started" in kinds, path
+        if path.stem not in killed:  # `down` stops nodes with SIGTERM first; killed roots just stop
+            assert kinds[-1] == "node_stopping", (path, kinds[-3:])
+        assert [validate_event(x, run_id) for x in lines] == [None] * len(lines)
+    for name, fields in (("actions.jsonl", ACTION_FIELDS), ("pings.jsonl", PING_FIELDS)):
+        for line in (run_dir / name).read_text().splitlines():
+            assert validate_record(line, fields, run_id) is None, line
+
+
+def test_line5_converges_pings_end_to_end_and_down_removes_everything(
+        client: object, image: str, run_id: str, tmp_path: Path) -> None:
+    runs = ["--runs-dir", str(tmp_path)]
+    up = json_out(snekbed("up", str(LINE5), "--run-id", run_id, "--image", image, "--json", *runs))
+    assert up["converged"] and up["nodes"] == 5 and up["snake_converged_s"] is not None
+    assert labelled(client, run_id) == (5, 5)  # one control network + one per link
+    for mode in ("snek", "tree"):
+        done = snekbed("ping", "n01", "n05", "--mode", mode, "--count", "2", "--json", *runs)
+        res = json_out(done)
+        assert done.returncode == 0 and res["received"] == 2, done.stderr
+        assert {p["hops"] for p in res["pings"]} == {5}  # 4 links, reported as links + 1 (§8)
+        assert all(p["shortest_links"] == 4 and p["link_classes"] == ["lan"] * 4 for p in res["pings"])
+    status = json_out(snekbed("status", "--json", *runs))  # the most recent run
+    assert status["run_id"] == run_id and status["snake"] and status["running"] == 5
+    assert {row["root_name"] for row in status["nodes"]} == {max(status["nodes"], key=lambda r: r["key"])["name"]}
+
+    from orchestrator.backends.docker import link_endpoints
+
+    ends = link_endpoints(run_id, client)  # type: ignore[arg-type]
+    assert len(ends) == 8 and {e.link_index for e in ends} == {0, 1, 2, 3}
+    meta = json.loads((tmp_path / run_id / "meta.json").read_text())
+    if meta["shaping"]["backend"] == "kernel-partial":  # lan: 1 Gbit/s tbf on every link end, found by address
+        for e in ends:
+            qdisc = _qdisc(e.pid, e.dev)
+            assert "tbf" in qdisc and "rate 1Gbit" in qdisc, qdisc
+        reconnect_and_reshape(client, run_id, ends[0])
+    down = json_out(snekbed("down", "--json", *runs))
+    assert (down["containers_removed"], down["networks_removed"]) == (5, 5)
+    assert labelled(client, run_id) == (0, 0)
+    check_run_dir(tmp_path / run_id, run_id, 5)
+
+
+def _qdisc(pid: int, dev: str) -> str:
+    return subprocess.run(["nsenter", "-t", str(pid), "-n", "tc", "qdisc", "show", "dev", dev],
+                          capture_output=True, text=True).stdout
+
+
+def reconnect_and_reshape(client: object, run_id: str, end: object) -> None:
+    """Disconnect + reconnect one link end: its qdisc is gone; reapply_shaping puts it back on the new dev."""
+    from orchestrator.backends.docker import DockerBackend, find_dev
+    from orchestrator.topology_loaders import load_topology
+
+    api = client.api  # type: ignore[attr-defined]
+    net = f"snekbed-{run_id}-l{end.link_index}"  # type: ignore[attr-defined]
+    api.disconnect_container_from_network(end.container_id, net)  # type: ignore[attr-defined]
+    api.connect_container_to_network(end.container_id, net, ipv4_address=end.ip)  # type: ignore[attr-defined]
+    dev = find_dev(end.pid, end.ip)  # type: ignore[attr-defined]
+    assert "tbf" not in _qdisc(end.pid, dev)  # type: ignore[attr-defined]
+    shaped = DockerBackend(client).reapply_shaping(run_id, load_topology(LINE5), "kernel-partial")  # type: ignore[arg-type]
+    assert shaped == 8 and "rate 1Gbit" in _qdisc(end.pid, dev)  # type: ignore[attr-defined]
+
+
+def test_mesh12_survives_three_root_kills(client: object, image: str, run_id: str, tmp_path: Path) -> None:
+    runs = ["--run-id", run_id, "--runs-dir", str(tmp_path)]
+    up = json_out(snekbed("up", str(MESH12), "--image", image, "--json", *runs))
+    assert up["converged"], up
+    for mode in ("snek", "tree"):  # n01 and n12 are far apart in the sites; the n02-n12 remote link is a shortcut
+        res = json_out(snekbed("ping", "n01", "n10", "--mode", mode, "--count", "2", "--json", *runs))
+        assert res["received"] == 2, res
+    killed: list[str] = []
+    for _ in range(3):
+        done = snekbed("kill-root", "--pairs", "3", "--json", *runs)
+        out = json_out(done)
+        assert done.returncode == 0, (out, done.stderr[-2000:])
+        assert out["converged"] and out["snake_converged_s"] <= out["bound_s"], out
+        assert out["pings"]["snek"]["received"] == out["pings"]["snek"]["sent"] == 3
+        assert out["pings"]["tree"]["received"] == out["pings"]["tree"]["sent"] == 3
+        assert out["killed"] not in killed
+        killed.append(out["killed"])
+        print("kill-root:", {k: out[k] for k in ("killed", "tree_converged_s", "snake_converged_s", "bound_s")})
+        status = json_out(snekbed("status", "--json", *runs))
+        assert status["snake"] and status["running"] == 12 - len(killed)
+        dead = {row["name"] for row in status["nodes"] if row["container"] != "running"}
+        assert dead == set(killed)
+    actions = [json.loads(x)["action"] for x in (tmp_path / run_id / "actions.jsonl").read_text().splitlines()]
+    assert actions.count("kill_root") == 3 and actions.count("converged") == 4
+    assert json_out(snekbed("down", "--json", *runs))["containers_left"] == 0
+    assert labelled(client, run_id) == (0, 0)
+    check_run_dir(tmp_path / run_id, run_id, 12, frozenset(killed))
+
+
+def test_up_interrupted_halfway_leaves_nothing_after_down(client: object, image: str, run_id: str,
+                                                          tmp_path: Path) -> None:
+    runs = ["--run-id", run_id, "--runs-dir", str(tmp_path)]
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "up", str(MESH12), "--image", image,
+                             "--workers", "2", *runs], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while labelled(client, run_id)[0] < 4:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no containers appeared"
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert f"snekbed down --run-id {run_id}" in err
+    containers, networks = labelled(client, run_id)
+    assert 4 <= containers < 12 and networks == 18  # half-way: the networks exist, not every container
+    down = json_out(snekbed("down", "--json", *runs))
+    assert down["containers_removed"] == containers and down["networks_removed"] == 18
+    assert labelled(client, run_id) == (0, 0)

@@ -1,0 +1,103 @@
+"""The in-process network on the reference topologies, with the virtual clock.
+
+Each run is deterministic for its seed: the same topology and seed give the
+same JSON, to the digit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.sim import run_sim_sync
+from orchestrator.sim_cli import config_from_topology
+from orchestrator.topology_loaders import load_topology
+from tests.conftest import TOPOLOGIES, need
+
+
+def _run(name: str, **kw) -> dict:
+    path = TOPOLOGIES / f"{name}.txt"
+    need(path.exists(), f"topology {path} missing")
+    cfg = config_from_topology(load_topology(path), **kw)
+    return run_sim_sync(cfg)
+
+
+@pytest.mark.parametrize("name", ["sim", "line-0050", "grid4-0049", "rtree-0050", "graph-250"])
+def test_converges_pings_and_recovers_from_root_kill(name: str) -> None:
+    out = _run(name, seed=1, pairs=60, kill_root=True)
+    assert out["tree_converged_s"] is not None, out
+    assert out["snake_converged_s"] is not None, out
+    assert out["tree_converged_s"] <= out["snake_converged_s"]
+    assert out["pings"]["sent"] == 60
+    assert out["pings"]["delivered"] == out["pings"]["sent"], out
+    assert out["stretch"]["mean"] >= 1.0
+    rk = out["root_kill"]
+    assert rk["tree_reconverged_s"] is not None and rk["snake_reconverged_s"] is not None, rk
+    assert rk["pings"]["sent"] > 0
+    assert rk["pings"]["delivered"] == rk["pings"]["sent"], rk
+
+
+def test_line_stretch_is_exactly_one() -> None:
+    # A path graph has one route between any two nodes: SNEK must find it.
+    out = _run("line-0050", seed=3, pairs=40)
+    assert out["stretch"]["mean"] == out["stretch"]["p95"] == 1.0
+
+
+def test_same_seed_same_result_and_seed_matters() -> None:
+    a = _run("sim", seed=7, pairs=30, kill_root=True)
+    b = _run("sim", seed=7, pairs=30, kill_root=True)
+    c = _run("sim", seed=8, pairs=30, kill_root=True)
+    for d in (a, b, c):
+        d.pop("wall_s")
+    assert a == b
+    assert a["root_kill"]["killed"] != c["root_kill"]["killed"] or a != c
+
+
+def test_wire_bytes_mode_gives_identical_protocol_behaviour() -> None:
+    # Encoding and decoding every frame on the links must not change a single decision.
+    plain = _run("sim", seed=5, pairs=20)
+    wired = _run("sim", seed=5, pairs=20, wire_bytes=True)
+    for d in (plain, wired):
+        d.pop("wall_s")
+    assert plain == wired
+
+
+def test_cli_json_contract(tmp_path) -> None:
+    res = CliRunner().invoke(
+        main, ["sim", str(TOPOLOGIES / "sim.txt"), "--json", "--seed", "2", "--pairs", "10", "--kill-root"]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("nodes", "links", "tree_converged_s", "snake_converged_s", "pings", "stretch"):
+        assert key in out
+    assert set(out["pings"]) == {"sent", "delivered"}
+    assert {"mean", "median", "p95"} <= set(out["stretch"])
+    assert {"killed", "tree_reconverged_s", "snake_reconverged_s", "pings"} <= set(out["root_kill"])
+    assert len(out["root_kill"]["killed"]) == 64
+    assert out["nodes"] == 26
+
+
+def test_cli_table_without_json() -> None:
+    res = CliRunner().invoke(main, ["sim", str(TOPOLOGIES / "sim.txt"), "--pairs", "5"])
+    assert res.exit_code == 0, res.output
+    assert "snake converged" in res.output and "pings delivered" in res.output
+
+
+def test_bad_topology_names_the_file_and_line(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnodes: [a, b]\nlinks:\n  - {a: a, b: zz}\n")
+    res = CliRunner().invoke(main, ["sim", str(bad), "--json"])
+    assert res.exit_code != 0
+    assert "bad.yaml" in res.output and "zz" in res.output
+
+
+def test_real_clock_runs_in_wall_clock_time() -> None:
+    # Protocol time must map onto trio's real clock (which does not start at 0): a run that
+    # converges at T protocol seconds takes at least T seconds of wall time.
+    out = _run("sim", seed=4, pairs=5, clock="real")
+    assert out["snake_converged_s"] is not None
+    assert out["pings"]["delivered"] == out["pings"]["sent"]
+    assert out["wall_s"] >= out["protocol_time_s"] * 0.95, out
