@@ -1,0 +1,203 @@
+"""The whole analysis: run directories in, Parquet tables and a report out.
+
+Used by ``snekbed analyze`` (``pipeline.cli``), by ``spark-submit
+pipeline/submit.py`` and by the benchmark. Stages (each reported to the
+``progress`` callback):
+
+1. ``ingest``: event logs through the fast path in one pass
+   (``ingest.triage_events``, written once as ``events`` + suspects), suspects
+   through the full check (``validate_events``): accepted rows are appended to
+   ``events``, the rest go to ``quarantine``; actions and pings likewise;
+2. ``reconcile``: lines per input file (counted by the driver from the bytes)
+   against accepted + quarantined rows; any file that does not add up fails the
+   analysis (``ReconciliationError``) after the table is written;
+3. ``analyze``: the jobs, on the Parquet tables;
+4. ``report``: report.md, report.html and the PNG plots.
+
+Tables (``OUT/tables/<name>``): events, actions, pings, quarantine (partitioned
+by run_id), runs, nodes, links, reconciliation, episodes, convergence, pings_enriched,
+delivery, delivery_by_episode, delivery_timeline, overhead_by_node, overhead_by_class,
+churn_timeline, churn_by_node, run_summary, compare_<field> (one per grouping).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import io, report, schemas
+from pipeline.errors import PipelineError
+from pipeline.jobs import churn, compare, convergence, delivery, episodes, ingest, overhead
+
+__all__ = ["AnalysisResult", "ReconciliationError", "analyze"]
+
+Progress = Callable[[str, str], None]
+
+
+class ReconciliationError(PipelineError):
+    """Some input file's lines are not all accounted for (parsed + quarantined)."""
+
+
+@dataclass
+class AnalysisResult:
+    out: Path
+    runs: list[str]
+    tables: dict[str, str]
+    report_files: list[Path]
+    reconciliation: list[dict]
+    quarantined: int
+    events: int
+    stage_s: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "out": str(self.out), "runs": self.runs, "events": self.events, "quarantined": self.quarantined,
+            "reconciliation_ok": all(r["ok"] for r in self.reconciliation),
+            "tables": self.tables, "report": [str(p) for p in self.report_files],
+            "stage_s": {k: round(v, 3) for k, v in self.stage_s.items()},
+        }
+
+
+def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: dict[str, str]) -> DataFrame:
+    """Write events, actions, pings and quarantine; return the line counts of every input file."""
+    ev_read = io.read_lines(spark, {f: r.run_id for r in runs for f in r.event_files}, "events")
+    paths = io.write_split(ingest.triage_events(ev_read.lines), out, ingest.TRIAGE,
+                           {"accepted": "events", "suspect": "ingest_suspects"})
+    tables["events"] = paths["events"]
+    suspects = io.read_table(spark, out, "ingest_suspects", schemas.LINES_SCHEMA)
+    checked = ingest.validate_events(suspects)
+    io.write_table(ingest.accepted(checked, schemas.EVENTS_SCHEMA), out, "events", append=True)
+    quarantine = [ingest.quarantined(checked, "events")]
+    counts = [ev_read.counts]
+    for source, files, validate, schema in (
+        ("actions", {r.actions_file: r.run_id for r in runs}, ingest.validate_actions, schemas.ACTIONS_SCHEMA),
+        ("pings", {r.pings_file: r.run_id for r in runs}, ingest.validate_pings, schemas.PINGS_SCHEMA),
+    ):
+        read = io.read_lines(spark, files, source)
+        checked = validate(read.lines)
+        tables[source] = io.write_table(ingest.accepted(checked, schema), out, source)
+        quarantine.append(ingest.quarantined(checked, source))
+        counts.append(read.counts)
+    q = quarantine[0]
+    for extra in quarantine[1:]:
+        q = q.unionByName(extra)
+    tables["quarantine"] = io.write_table(q, out, "quarantine")
+    io.drop_table(out, "ingest_suspects")
+    all_counts = counts[0]
+    for extra in counts[1:]:
+        all_counts = all_counts.unionByName(extra)
+    return all_counts
+
+
+def _reconcile(spark: SparkSession, out: Path, counts: DataFrame, tables: dict[str, str]) -> list[dict]:
+    accepted = None
+    for source, schema in (("events", schemas.EVENTS_SCHEMA), ("actions", schemas.ACTIONS_SCHEMA),
+                           ("pings", schemas.PINGS_SCHEMA)):
+        rows = io.read_table(spark, out, source, schema).select("run_id", "file", F.lit(source).alias("source"))
+        accepted = rows if accepted is None else accepted.unionByName(rows)
+    q = io.read_table(spark, out, "quarantine", schemas.QUARANTINE_SCHEMA)
+    recon = ingest.line_reconciliation(counts, accepted, q)
+    tables["reconciliation"] = io.write_table(recon.coalesce(1), out, "reconciliation", partition_by=())
+    return [r.asDict() for r in io.read_table(spark, out, "reconciliation", schemas.RECONCILIATION_SCHEMA)
+            .orderBy("run_id", "source", "file").collect()]
+
+
+def _small(df: DataFrame, out: Path, name: str, tables: dict[str, str]) -> None:
+    tables[name] = io.write_table(df.coalesce(1), out, name, partition_by=())
+
+
+def analyze(
+    spark: SparkSession,
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    progress: Progress | None = None,
+    timeline_bin_s: float = 5.0,
+    churn_bin_s: float = 1.0,
+    check_reconciliation: bool = True,
+) -> AnalysisResult:
+    """Analyze ``run_dirs`` into ``out`` (tables/ and report files).
+
+    Raises RunDatasetError for an invalid run directory, ReconciliationError when lines are
+    unaccounted for (tables and report are still written), PipelineError for other failures.
+    """
+    say = progress or (lambda stage, detail: None)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stage_s: dict[str, float] = {}
+    tables: dict[str, str] = {}
+    t = time.perf_counter()
+
+    say("discover", f"{len(run_dirs)} path(s)")
+    runs = io.discover_runs(run_dirs)
+    frames = io.run_frames(spark, runs)
+    for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
+        _small(df, out, name, tables)
+    n_files = sum(len(r.event_files) for r in runs)
+    say("ingest", f"{len(runs)} run(s), {n_files} event files")
+    counts = _ingest(spark, runs, out, tables)
+    stage_s["ingest"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    say("reconcile", "lines = parsed + quarantined, per file")
+    recon = _reconcile(spark, out, counts, tables)
+    stage_s["reconcile"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    say("analyze", "episodes and convergence")
+    events = io.read_table(spark, out, "events", schemas.EVENTS_SCHEMA)
+    actions = io.read_table(spark, out, "actions", schemas.ACTIONS_SCHEMA)
+    pings = io.read_table(spark, out, "pings", schemas.PINGS_SCHEMA)
+    runs_df = io.read_table(spark, out, "runs", schemas.RUNS_SCHEMA)
+    links = io.read_table(spark, out, "links", schemas.LINKS_SCHEMA)
+    bounds = spark.createDataFrame(episodes.run_bounds(events).collect(), "run_id string, start_s double, end_s double")
+    eps = episodes.episodes(runs_df, links, actions, bounds)
+    _small(eps, out, "episodes", tables)
+    eps = io.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
+    _small(convergence.convergence(events, eps, bounds), out, "convergence", tables)
+
+    say("analyze", "delivery and stretch")
+    _small(delivery.enrich_pings(pings, actions, bounds), out, "pings_enriched", tables)
+    enriched = io.read_table(spark, out, "pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
+    _small(delivery.delivery_summary(enriched), out, "delivery", tables)
+    _small(delivery.delivery_by_episode(enriched), out, "delivery_by_episode", tables)
+    _small(delivery.delivery_timeline(enriched, timeline_bin_s), out, "delivery_timeline", tables)
+
+    say("analyze", "control overhead and churn")
+    _small(overhead.overhead_by_node(events), out, "overhead_by_node", tables)
+    by_node = io.read_table(spark, out, "overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
+    _small(overhead.overhead_by_class(by_node), out, "overhead_by_class", tables)
+    _small(churn.churn_timeline(events, bounds, churn_bin_s), out, "churn_timeline", tables)
+    _small(churn.churn_by_node(events), out, "churn_by_node", tables)
+
+    say("analyze", "comparison across runs")
+    summary = compare.run_summary(
+        runs_df, io.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA), enriched,
+        overhead.control_per_run(by_node), io.read_table(spark, out, "churn_by_node", schemas.CHURN_NODE_SCHEMA),
+    )
+    _small(summary, out, "run_summary", tables)
+    summary = io.read_table(spark, out, "run_summary", schemas.RUN_SUMMARY_SCHEMA)
+    for by in compare.GROUPINGS:
+        _small(compare.compare(summary, [by]), out, f"compare_{by}", tables)
+    stage_s["analyze"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    say("report", "tables, plots, report.md, report.html")
+    files = report.render(report.collect_inputs(spark, out, recon))
+    written = io.write_files(out, files)
+    stage_s["report"] = time.perf_counter() - t
+
+    n_events = sum(r["parsed"] for r in recon if r["source"] == "events")
+    n_quarantined = sum(r["quarantined"] for r in recon)
+    result = AnalysisResult(out, [r.run_id for r in runs], tables, written, recon, n_quarantined, n_events, stage_s)
+    bad = [r for r in recon if not r["ok"]]
+    if check_reconciliation and bad:
+        raise ReconciliationError(
+            f"{len(bad)} file(s) do not add up (lines != parsed + quarantined), e.g. {bad[0]['file']}: "
+            f"{bad[0]['lines']} lines, {bad[0]['parsed']} parsed, {bad[0]['quarantined']} quarantined")
+    return result

@@ -1,0 +1,116 @@
+"""``snekbed analyze RUN_DIR... [--master local[*]|spark://HOST:PORT|...] [--out DIR] [--json]``.
+
+Progress is visible while Spark works: a rich status line shows the current
+stage, and a background thread polls Spark's status tracker for the running
+stage's task counts. With ``--json`` the progress goes to stderr and stdout
+gets one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from pipeline.errors import PipelineError
+
+__all__ = ["analyze", "spark_progress"]
+
+
+@contextmanager
+def spark_progress(spark, show: Callable[[str], None], every_s: float = 0.5) -> Iterator[Callable[[str, str], None]]:
+    """Yield a ``progress(stage, detail)`` callback; meanwhile a thread adds Spark's live task
+    counts (``SparkStatusTracker``) to what ``show`` displays."""
+    state = {"text": "starting"}
+    stop = threading.Event()
+    tracker = spark.sparkContext.statusTracker()
+
+    def tasks() -> str:
+        parts = []
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                parts.append(f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                             + (f", {info.numActiveTasks} running" if info.numActiveTasks else ""))
+        return "; ".join(parts[:3])
+
+    def poll() -> None:
+        while not stop.wait(every_s):
+            try:
+                live = tasks()
+            except Exception:  # the tracker can race with a stopping context; progress is best effort
+                live = ""
+            show(state["text"] + (f"  [{live}]" if live else ""))
+
+    thread = threading.Thread(target=poll, name="spark-progress", daemon=True)
+    thread.start()
+
+    def progress(stage: str, detail: str) -> None:
+        state["text"] = f"{stage}: {detail}"
+        show(state["text"])
+
+    try:
+        yield progress
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+
+
+@click.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master: local[N], local[*], spark://HOST:PORT, yarn, k8s://... ")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("analysis"),
+              show_default=True, help="Where tables/ and the report go (replaced tables are overwritten).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (paths, counts, timings) on stdout.")
+@click.option("--driver-memory", default="4g", show_default=True, help="Driver heap for local masters.")
+@click.option("--spark-ui", is_flag=True, help="Keep the Spark UI on (http://localhost:4040).")
+@click.option("--timeline-bin", "timeline_bin_s", type=float, default=5.0, show_default=True,
+              help="Bin width (s) of the delivery-over-time plot.")
+def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, driver_memory: str, spark_ui: bool,
+            timeline_bin_s: float) -> None:
+    """Analyze RUN_DIRs (run directories, or directories of them) with Spark.
+
+    Writes Parquet tables under OUT/tables and OUT/report.md, OUT/report.html with PNG plots.
+    Exits 1 when a run directory is invalid or input lines are unaccounted for.
+    """
+    from rich.console import Console
+
+    from pipeline import analysis, io
+
+    console = Console(stderr=True)
+    t0 = time.perf_counter()
+    try:
+        with console.status("starting Spark", spinner="dots") as status:
+            spark = io.get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory)
+            try:
+                with spark_progress(spark, lambda text: status.update(f"[bold]{text}")) as progress:
+                    def report(stage: str, detail: str) -> None:
+                        console.log(f"{stage}: {detail}")
+                        progress(stage, detail)
+
+                    result = analysis.analyze(spark, list(run_dirs), out, progress=report,
+                                              timeline_bin_s=timeline_bin_s)
+            finally:
+                spark.stop()
+    except PipelineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        doc = result.to_json()
+        doc["wall_s"] = round(time.perf_counter() - t0, 3)
+        click.echo(json.dumps(doc))
+        return
+    console.print(f"[green]analyzed[/] {len(result.runs)} run(s), {result.events:,} events, "
+                  f"{result.quarantined} line(s) quarantined, in {time.perf_counter() - t0:.1f} s")
+    console.print(f"report: {out / 'report.html'}  ({out / 'report.md'})")
+    console.print(f"tables: {out / 'tables'}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    analyze(sys.argv[1:])

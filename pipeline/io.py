@@ -1,0 +1,415 @@
+"""All reads and writes of the pipeline: Spark session, run directories, JSON lines, Parquet, files.
+
+Jobs (``pipeline.jobs``) never touch storage; they take and return DataFrames.
+This module turns run directories into DataFrames and DataFrames into files.
+
+Line numbers. ``read_lines`` gives every physical line its exact 1-based
+number in its file in one pass, without shipping lines through Python and
+without reading a whole file into one row (so any file size works): the
+session is set up so that each file is read whole by exactly one task
+(``ONE_FILE_PER_TASK``, checked against the plan), and a row's index in its
+task, ``monotonically_increasing_id() - (spark_partition_id() << 33)``, is
+then its line index. Parallelism comes from the number of files (one event
+log per node).
+
+The driver also counts the lines of every file from its bytes, without Spark:
+that count is the input side of the reconciliation (lines = parsed +
+quarantined), so a line lost anywhere in Spark would show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pydantic import ValidationError
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from pipeline import schemas
+from pipeline.contract import RunMeta, TopologyFile, class_mix
+from pipeline.errors import PipelineError, RunDatasetError, SparkSetupError
+
+__all__ = [
+    "RunDir",
+    "LineRead",
+    "RunFrames",
+    "get_spark",
+    "discover_runs",
+    "load_run",
+    "run_frames",
+    "read_lines",
+    "write_table",
+    "write_split",
+    "drop_table",
+    "read_table",
+    "write_files",
+    "table_path",
+    "count_lines",
+    "ONE_FILE_PER_TASK",
+]
+
+
+# --------------------------------------------------------------------------- Spark session
+
+JIT_FLAGS = "-XX:-DontCompileHugeMethods"
+
+
+def get_spark(
+    master: str | None = "local[*]",
+    app_name: str = "snekbed-analyze",
+    *,
+    ui: bool = False,
+    shuffle_partitions: int | None = None,
+    driver_memory: str | None = "4g",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Get (or create) the SparkSession the pipeline runs on.
+
+    ``master=None`` keeps whatever the launcher set (``spark-submit``).
+    For ``local[...]`` masters the shuffle partitions default to 4 x cores
+    (adaptive execution coalesces them further); the UI is off unless
+    ``ui=True``. ``driver_memory`` only applies when this call starts the JVM.
+    Raises SparkSetupError when Java is missing or Spark fails to start.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    settings: dict[str, str] = {
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "static",
+        "spark.sql.variant.allowDuplicateKeys": "true",  # a repeated key keeps its last value, as from_json
+        # write partitioned Parquet without a per-task sort while there are few runs per task
+        "spark.sql.maxConcurrentOutputFileWriters": "32",
+        "spark.sql.parquet.compression.codec": "zstd",
+    }
+    if master is not None and master.startswith("local"):
+        cores = _local_cores(master)
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions or max(2, 4 * cores))
+        if driver_memory:
+            settings["spark.driver.memory"] = driver_memory
+    elif shuffle_partitions:
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    settings.update(ONE_FILE_PER_TASK)
+    if not SparkSession.getActiveSession():
+        # Generated per-row code for the event schema is larger than 8 KB; without this
+        # flag HotSpot never compiles such methods and ingest runs several times slower.
+        settings["spark.driver.extraJavaOptions"] = JIT_FLAGS
+        settings["spark.executor.extraJavaOptions"] = JIT_FLAGS
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise SparkSetupError("Java is needed to run Spark: install a JRE 17+ or set JAVA_HOME")
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # py4j / launcher errors come in many types
+        raise SparkSetupError(f"could not start Spark (master={master!r}): {exc}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _local_cores(master: str) -> int:
+    inner = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    if inner.startswith("*") or not inner.split(",")[0].isdigit():
+        return os.cpu_count() or 1
+    return max(1, int(inner.split(",")[0]))
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A validated run directory (see docs/run-dataset.md)."""
+
+    path: Path
+    meta: RunMeta
+    topology: TopologyFile
+    event_files: tuple[Path, ...]
+    actions_file: Path
+    pings_file: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.run_id
+
+
+def _read_json_file(path: Path, model: type) -> object:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDatasetError(str(path), "missing (every run directory needs it)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RunDatasetError(str(path), f"not readable JSON: {exc}") from None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise RunDatasetError(str(path), f"field {where}: {first['msg']}") from None
+
+
+def load_run(path: str | Path) -> RunDir:
+    """Validate one run directory. Raises RunDatasetError naming the file and the problem."""
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise RunDatasetError(str(root), "not a directory")
+    meta: RunMeta = _read_json_file(root / "meta.json", RunMeta)  # type: ignore[assignment]
+    topo: TopologyFile = _read_json_file(root / "topology.json", TopologyFile)  # type: ignore[assignment]
+    names = {n.name for n in topo.nodes}
+    if names != set(meta.nodes):
+        diff = sorted(names ^ set(meta.nodes))
+        raise RunDatasetError(str(root / "meta.json"), f"nodes differ from topology.json: {diff}")
+    for i, link in enumerate(topo.links):
+        for end in (link.a, link.b):
+            if end not in names:
+                raise RunDatasetError(str(root / "topology.json"), f"links[{i}] names unknown node {end!r}")
+    events_dir = root / "events"
+    if not events_dir.is_dir():
+        raise RunDatasetError(str(events_dir), "missing events/ directory")
+    event_files = tuple(sorted(events_dir.glob("*.jsonl")))
+    for name in ("actions.jsonl", "pings.jsonl"):
+        if not (root / name).is_file():
+            raise RunDatasetError(str(root / name), "missing (may be empty, must exist)")
+    return RunDir(root, meta, topo, event_files, root / "actions.jsonl", root / "pings.jsonl")
+
+
+def discover_runs(paths: Sequence[str | Path]) -> list[RunDir]:
+    """Run directories named by ``paths``: each is a run directory (has meta.json)
+    or a directory whose immediate subdirectories are run directories.
+
+    Raises RunDatasetError for a path that is neither, for an invalid run, or
+    when two runs share a run_id.
+    """
+    runs: list[RunDir] = []
+    for p in paths:
+        root = Path(p)
+        if (root / "meta.json").exists():
+            runs.append(load_run(root))
+            continue
+        subdirs = sorted(d for d in root.iterdir() if (d / "meta.json").exists()) if root.is_dir() else []
+        if not subdirs:
+            raise RunDatasetError(str(root), "not a run directory (no meta.json) and contains none")
+        runs.extend(load_run(d) for d in subdirs)
+    seen: dict[str, Path] = {}
+    for run in runs:
+        if run.run_id in seen:
+            raise RunDatasetError(str(run.path), f"run_id {run.run_id!r} also used by {seen[run.run_id]}")
+        seen[run.run_id] = run.path
+    return runs
+
+
+@dataclass(frozen=True)
+class RunFrames:
+    """The small per-run tables built from meta.json and topology.json."""
+
+    runs: DataFrame  # schemas.RUNS_SCHEMA
+    nodes: DataFrame  # schemas.NODES_SCHEMA
+    links: DataFrame  # schemas.LINKS_SCHEMA
+
+
+def run_frames(spark: SparkSession, runs: Sequence[RunDir]) -> RunFrames:
+    """DataFrames of run metadata, node keys and links for ``runs``."""
+    run_rows, node_rows, link_rows = [], [], []
+    for r in runs:
+        m = r.meta
+        shaping = {frozenset((ml.a, ml.b)): ml.shaping_backend for ml in m.links}
+        classes = [link.link_class for link in r.topology.links]
+        run_rows.append(
+            (
+                m.run_id, m.backend, m.variant, m.topology, m.seed, m.clock, m.link_delay_ms, m.started_wall_ts,
+                dict(m.nodes), dict(m.versions), json.dumps(m.observer, sort_keys=True), class_mix(classes),
+                len(m.nodes), len(r.topology.links), str(r.path),
+            )
+        )
+        node_rows.extend((m.run_id, name, key) for name, key in sorted(m.nodes.items()))
+        link_rows.extend(
+            (m.run_id, lk.a, lk.b, lk.link_class, shaping.get(frozenset((lk.a, lk.b)))) for lk in r.topology.links
+        )
+    return RunFrames(
+        spark.createDataFrame(run_rows, schemas.RUNS_SCHEMA),
+        spark.createDataFrame(node_rows, schemas.NODES_SCHEMA),
+        spark.createDataFrame(link_rows, schemas.LINKS_SCHEMA),
+    )
+
+
+# --------------------------------------------------------------------------- JSON lines with line numbers
+
+#: Session settings read_lines relies on: every input file is read whole, by
+#: exactly one task, so a row's position in its task is its line number.
+ONE_FILE_PER_TASK = {
+    "spark.sql.files.maxPartitionBytes": str(1 << 50),
+    "spark.sql.files.openCostInBytes": str(1 << 50),
+}
+
+
+@dataclass(frozen=True)
+class LineRead:
+    """``lines``: schemas.LINES_SCHEMA (lazy). ``counts``: schemas.LINE_COUNTS_SCHEMA, counted by the
+    driver from the bytes of each file, independently of Spark (the reconciliation's input side)."""
+
+    lines: DataFrame
+    counts: DataFrame
+
+
+def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:
+    """Lines in a file as Spark's text reader splits it: ends are \\n, \\r\\n or \\r, and a last
+    line without an end still counts."""
+    ends, last, size = 0, b"", 0
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            size += len(chunk)
+            ends += chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+            if last == b"\r" and chunk[:1] == b"\n":
+                ends -= 1  # a \r\n split across two chunks
+            last = chunk[-1:]
+    return ends + (1 if size and last not in (b"\n", b"\r") else 0)
+
+
+def _uri_key(uri: Column | str) -> Column | str:
+    """``file:///x`` and ``file:/x`` (Spark uses both spellings) -> ``/x``; other schemes unchanged."""
+    if isinstance(uri, str):
+        return re.sub(r"^file:/+", "/", uri)
+    return F.regexp_replace(uri, r"^file:/+", "/")
+
+
+def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str) -> LineRead:
+    """Read JSON-lines files as (run_id, file, line_no, line) with exact 1-based line numbers.
+
+    ``files`` maps each file (a local path) to the run_id of its run directory;
+    ``source`` (events|actions|pings) labels the counts. Sets ``ONE_FILE_PER_TASK``
+    on the session (so one task reads each file whole, in order) and checks that
+    Spark planned it so; the line number is then the row's index in its task.
+    Runs no Spark job; ``lines`` is lazy. Files must not change while the pipeline runs.
+    Raises RunDatasetError if a file is missing, PipelineError if Spark would split files.
+    """
+    run_of = {str(Path(f).resolve()): run_id for f, run_id in files.items()}
+    counts = []
+    for path, run_id in run_of.items():
+        try:
+            counts.append((run_id, source, path, count_lines(path)))
+        except OSError as exc:
+            raise RunDatasetError(path, f"cannot read: {exc.strerror or exc}") from None
+    count_df = spark.createDataFrame(counts, schemas.LINE_COUNTS_SCHEMA)
+    nonempty = [p for p in run_of if os.path.getsize(p) > 0]
+    if not nonempty:
+        return LineRead(spark.createDataFrame([], schemas.LINES_SCHEMA), count_df)
+    for key, value in ONE_FILE_PER_TASK.items():
+        spark.conf.set(key, value)
+    scan = spark.read.text(nonempty)
+    if scan.rdd.getNumPartitions() != len(nonempty):
+        raise PipelineError(
+            f"Spark planned {scan.rdd.getNumPartitions()} tasks for {len(nonempty)} files; line numbers need one "
+            f"task per file (is spark.sql.files.maxPartitionNum set?)"
+        )
+    mapping = []
+    for uri in scan.inputFiles():
+        path = str(Path(unquote(urlparse(uri).path)).resolve()) if uri.startswith("file:") else uri
+        if path not in run_of:
+            raise RunDatasetError(path, f"Spark lists a file it was not asked to read ({uri})")
+        # _metadata.file_path spells local files "file:/x", inputFiles() "file:///x": map both
+        for key in {uri, _uri_key(uri), "file:" + _uri_key(uri)}:
+            mapping.append((key, run_of[path], path))
+    files_df = spark.createDataFrame(mapping, "key string, run_id string, file string")
+    numbered = scan.select(
+        F.col("_metadata.file_path").alias("key"),
+        (F.monotonically_increasing_id() - F.spark_partition_id().cast("long") * (1 << 33) + 1).alias("line_no"),
+        F.col("value").alias("line"),
+    )
+    lines = numbered.join(F.broadcast(files_df), "key").select("run_id", "file", "line_no", "line")
+    return LineRead(lines, count_df)
+
+
+# --------------------------------------------------------------------------- Parquet tables and files
+
+
+def table_path(out: str | Path, name: str) -> str:
+    """Where table ``name`` lives under the output directory ``out``."""
+    return str(Path(out) / "tables" / name)
+
+
+def write_table(
+    df: DataFrame, out: str | Path, name: str, partition_by: Iterable[str] = ("run_id",), *, append: bool = False
+) -> str:
+    """Write ``df`` as Parquet table ``name`` under ``out`` (overwriting it, or appending); return its path."""
+    path = table_path(out, name)
+    writer = df.write.mode("append" if append else "overwrite")
+    cols = list(partition_by)
+    if cols:
+        writer = writer.partitionBy(*cols)
+    writer.parquet(path)
+    return path
+
+
+def write_split(
+    df: DataFrame, out: str | Path, by: str, tables: Mapping[str, str], partition_by: Iterable[str] = ("run_id",)
+) -> dict[str, str]:
+    """Write ``df`` once, as several tables: rows whose column ``by`` equals a key of
+    ``tables`` become the table named by the value (``by`` itself is dropped).
+
+    One Spark job instead of one per table (the input is read and parsed once).
+    Every listed table is replaced; one with no rows is written empty. Returns name -> path.
+    Raises PipelineError for values of ``by`` not in ``tables``.
+    """
+    staging = Path(out) / "tables" / f"_staging-{uuid.uuid4().hex[:8]}"
+    df.write.mode("overwrite").partitionBy(by, *partition_by).parquet(str(staging))
+    unknown = [d.name for d in staging.iterdir() if d.is_dir() and d.name.split("=", 1)[1] not in tables]
+    if unknown:
+        raise PipelineError(f"write_split: rows with {unknown} have no table")
+    paths = {}
+    for value, name in tables.items():
+        target = Path(table_path(out, name))
+        if target.exists():
+            shutil.rmtree(target)
+        src = staging / f"{by}={value}"
+        if src.exists():
+            os.replace(src, target)
+        else:
+            target.mkdir(parents=True)
+        paths[name] = str(target)
+    shutil.rmtree(staging)
+    return paths
+
+
+def drop_table(out: str | Path, name: str) -> None:
+    """Remove table ``name`` under ``out`` if it exists."""
+    shutil.rmtree(table_path(out, name), ignore_errors=True)
+
+
+def read_table(spark: SparkSession, out: str | Path, name: str, schema: StructType) -> DataFrame:
+    """Read table ``name`` written by ``write_table``/``write_split``, with columns in ``schema`` order.
+
+    An empty table reads as an empty DataFrame. Raises RunDatasetError when the table does not exist.
+    """
+    path = Path(table_path(out, name))
+    if not path.exists():
+        raise RunDatasetError(str(path), f"table {name!r} has not been written")
+    if not any(p.suffix == ".parquet" for p in path.rglob("*.parquet")):
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(str(path)).select(*schema.fieldNames())
+
+
+def write_files(out: str | Path, files: Mapping[str, bytes | str]) -> list[Path]:
+    """Write report files (name relative to ``out`` -> content); return the paths written."""
+    written = []
+    for name, content in files.items():
+        path = Path(out) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        else:
+            path.write_bytes(content)
+        written.append(path)
+    return written

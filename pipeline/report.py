@@ -1,0 +1,269 @@
+"""The report: report.md, report.html and PNG plots (matplotlib Agg canvas, no pyplot state).
+
+``collect_inputs`` reads the (small) result tables and aggregates what the
+plots need in Spark; ``render`` turns that into file contents without touching
+the disk (``pipeline.io.write_files`` writes them). Plots: convergence time
+CDF, stretch histogram, delivery over time with disruptions marked, overhead by
+link class. ``plots.json`` lists the data behind every plot.
+"""
+
+from __future__ import annotations
+
+import html
+import io as _bytes_io
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import io, schemas
+from pipeline.jobs.compare import GROUPINGS
+from pipeline.jobs.episodes import EPISODE_ACTIONS
+
+__all__ = ["ReportInputs", "collect_inputs", "render", "PLOTS"]
+
+PLOTS = ("convergence_cdf.png", "stretch_hist.png", "delivery_over_time.png", "overhead_by_class.png")
+STRETCH_BIN = 0.1
+
+
+@dataclass
+class ReportInputs:
+    """Everything the report shows, as plain Python values (rows are dicts)."""
+
+    runs: list[dict]
+    reconciliation: list[dict]
+    quarantine_by_reason: list[dict]
+    quarantine_examples: list[dict]
+    convergence: list[dict]
+    delivery_by_episode: list[dict]
+    delivery: list[dict]
+    timeline: list[dict]
+    disruptions: list[dict]
+    stretch_hist: list[dict]
+    overhead: list[dict]
+    churn: list[dict]
+    summary: list[dict]
+    compare: dict[str, list[dict]] = field(default_factory=dict)
+
+
+def _rows(df) -> list[dict]:
+    return [r.asDict() for r in df.collect()]
+
+
+def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict]) -> ReportInputs:
+    """Read the result tables under ``out`` and aggregate what the report needs (small results only)."""
+    t = lambda name, schema: io.read_table(spark, out, name, schema)  # noqa: E731
+    q = t("quarantine", schemas.QUARANTINE_SCHEMA)
+    enriched = t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
+    actions = t("actions", schemas.ACTIONS_SCHEMA)
+    bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
+        F.first("t0_s").alias("start_s"))
+    by_class = t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'")
+    return ReportInputs(
+        runs=_rows(t("runs", schemas.RUNS_SCHEMA).drop("nodes", "versions", "observer").orderBy("run_id")),
+        reconciliation=reconciliation,
+        quarantine_by_reason=_rows(q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason")),
+        quarantine_examples=_rows(q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason",
+                                                                               "message").limit(20)),
+        convergence=_rows(t("convergence", schemas.CONVERGENCE_SCHEMA).orderBy("run_id", "episode")),
+        delivery_by_episode=_rows(t("delivery_by_episode", schemas.DELIVERY_EPISODE_SCHEMA).orderBy("run_id", "episode")),
+        delivery=_rows(t("delivery", schemas.DELIVERY_SCHEMA).orderBy("run_id", "mode", "class_mix", "shortest_links",
+                                                                     "since_bucket")),
+        timeline=_rows(t("delivery_timeline", schemas.DELIVERY_TIMELINE_SCHEMA).orderBy("run_id", "mode", "t_bin_s")),
+        disruptions=_rows(actions.where(F.col("action").isin(*EPISODE_ACTIONS)).join(bounds, "run_id").select(
+            "run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")).orderBy("run_id", "t_rel_s")),
+        stretch_hist=_rows(enriched.where(F.col("stretch").isNotNull()).groupBy(
+            (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin")),
+        overhead=_rows(by_class.groupBy("link_class", "frame_type").agg(
+            F.mean("frames_per_node_s").alias("frames_per_node_s"),
+            F.mean("bytes_per_node_s").alias("bytes_per_node_s")).orderBy("link_class", "frame_type")),
+        churn=_rows(t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
+            F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
+            F.count("*").alias("nodes")).orderBy("run_id")),
+        summary=_rows(t("run_summary", schemas.RUN_SUMMARY_SCHEMA).orderBy("run_id")),
+        compare={by: _rows(spark.read.parquet(io.table_path(out, f"compare_{by}"))) for by in GROUPINGS},
+    )
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _figure(width: float, height: float):
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
+def _png(fig: Figure) -> bytes:
+    buf = _bytes_io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _empty(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
+
+
+def _convergence_cdf(inp: ReportInputs, data: dict) -> bytes:
+    fig, ax = _figure(7, 4)
+    for kind in ("tree", "snake"):
+        values = sorted(r[f"{kind}_converged_s"] for r in inp.convergence if r[f"{kind}_converged_s"] is not None)
+        data[kind] = values
+        if values:
+            ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post",
+                    label=f"{kind} ({len(values)} episodes)")
+    if not data["tree"] and not data["snake"]:
+        _empty(ax, "converged episodes")
+    ax.set_xlabel("convergence time after start / disruption (s)")
+    ax.set_ylabel("fraction of episodes")
+    ax.set_title("Convergence time CDF")
+    ax.grid(alpha=0.3)
+    if data["tree"] or data["snake"]:
+        ax.legend(loc="lower right")
+    return _png(fig)
+
+
+def _stretch_hist(inp: ReportInputs, data: dict) -> bytes:
+    fig, ax = _figure(7, 4)
+    bins = [(r["bin"], r["count"]) for r in inp.stretch_hist]
+    data["bins"] = bins
+    if bins:
+        ax.bar([b for b, _ in bins], [c for _, c in bins], width=STRETCH_BIN * 0.9, align="edge")
+    else:
+        _empty(ax, "delivered pings")
+    ax.set_xlabel("stretch = path links / shortest-path links")
+    ax.set_ylabel("pings")
+    ax.set_title("Stretch of delivered pings")
+    ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+def _delivery_over_time(inp: ReportInputs, data: dict) -> bytes:
+    fig, ax = _figure(8, 4)
+    series: dict[tuple, list] = defaultdict(list)
+    for r in inp.timeline:
+        series[(r["run_id"], r["mode"])].append((r["t_bin_s"], r["delivery_ratio"]))
+    data["series"] = {f"{run}/{mode}": pts for (run, mode), pts in series.items()}
+    for (run, mode), pts in sorted(series.items())[:12]:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{run} {mode}")
+    marks = [(r["t_rel_s"], r["action"]) for r in inp.disruptions]
+    data["disruptions"] = marks
+    for i, (t, action) in enumerate(marks[:50]):
+        ax.axvline(t, color="red", linestyle="--", alpha=0.6, label="disruption" if i == 0 else None)
+        ax.annotate(action, (t, 1.02), xycoords=("data", "axes fraction"), fontsize=7, color="red", rotation=45)
+    if not series:
+        _empty(ax, "pings")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("delivery ratio")
+    ax.set_title("Ping delivery over time (disruptions dashed)", pad=20)
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend(fontsize=7, loc="lower left")
+    return _png(fig)
+
+
+def _overhead_by_class(inp: ReportInputs, data: dict) -> bytes:
+    fig, ax = _figure(8, 4)
+    classes = sorted({r["link_class"] for r in inp.overhead})
+    types = sorted({r["frame_type"] for r in inp.overhead})
+    value = {(r["link_class"], r["frame_type"]): r["bytes_per_node_s"] for r in inp.overhead}
+    data["bytes_per_node_s"] = {f"{c}/{t}": v for (c, t), v in value.items()}
+    width = 0.8 / max(1, len(types))
+    for i, ftype in enumerate(types):
+        ax.bar([j + i * width for j in range(len(classes))], [value.get((c, ftype), 0.0) for c in classes],
+               width=width, label=ftype)
+    if classes:
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(classes))], classes)
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "frame_stats")
+    ax.set_ylabel("bytes sent per node per second")
+    ax.set_title("Control overhead by link class")
+    ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _table(rows: list[dict], cols: list[str]) -> tuple[str, str]:
+    """(markdown, html) of ``rows`` restricted to ``cols``."""
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    h = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"]
+    for r in rows:
+        cls = ' class="bad"' if r.get("ok") is False else ""
+        h.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>")
+    h.append("</table>")
+    return "\n".join(md), "\n".join(h)
+
+
+def render(inp: ReportInputs) -> dict[str, bytes | str]:
+    """File name -> content: report.md, report.html, plots.json and the PNGs in ``PLOTS``."""
+    data: dict[str, dict] = {name: {} for name in PLOTS}
+    files: dict[str, bytes | str] = {
+        "convergence_cdf.png": _convergence_cdf(inp, data["convergence_cdf.png"]),
+        "stretch_hist.png": _stretch_hist(inp, data["stretch_hist.png"]),
+        "delivery_over_time.png": _delivery_over_time(inp, data["delivery_over_time.png"]),
+        "overhead_by_class.png": _overhead_by_class(inp, data["overhead_by_class.png"]),
+    }
+    files["plots.json"] = json.dumps(data, indent=1, default=str)
+    ok = all(r["ok"] for r in inp.reconciliation)
+    total = {k: sum(r[k] for r in inp.reconciliation) for k in ("lines", "parsed", "quarantined")}
+    sections: list[tuple[str, str, list[dict], list[str]]] = [
+        ("Runs", "", inp.runs, ["run_id", "backend", "variant", "topology", "n_nodes", "n_links", "class_mix", "clock",
+                                "seed"]),
+        ("Reconciliation", f"Every input line is parsed or quarantined: {'yes' if ok else 'NO'} "
+                           f"({total['lines']} lines = {total['parsed']} parsed + {total['quarantined']} quarantined).",
+         inp.reconciliation, ["run_id", "source", "file", "lines", "parsed", "quarantined", "ok"]),
+        ("Quarantine by reason", "", inp.quarantine_by_reason, ["run_id", "source", "reason", "count"]),
+        ("Quarantine examples", "", inp.quarantine_examples, ["file", "line_no", "reason", "message"]),
+        ("Convergence", "Per episode: the run start and each disruptive action. `converged` as the in-process "
+                        "observer measures it; `settled` = converged and stayed so until the next episode "
+                        "(– = never).", inp.convergence,
+         ["run_id", "episode", "action", "target", "t0_rel_s", "live_nodes", "components", "tree_converged_s",
+          "snake_converged_s", "tree_settled_s", "snake_settled_s"]),
+        ("Delivery per episode", "", inp.delivery_by_episode,
+         ["run_id", "episode", "sent", "received", "delivery_ratio", "stretch_mean", "stretch_median", "stretch_p95",
+          "rtt_median_ms"]),
+        ("Delivery and stretch by class mix, hop distance and time since disruption", "", inp.delivery,
+         ["run_id", "mode", "class_mix", "shortest_links", "since_bucket", "sent", "received", "delivery_ratio",
+          "stretch_median", "stretch_max"]),
+        ("Control overhead by link class (sent, mean over runs)", "", inp.overhead,
+         ["link_class", "frame_type", "frames_per_node_s", "bytes_per_node_s"]),
+        ("Churn", "", inp.churn, ["run_id", "nodes", "root_changes", "parent_changes"]),
+        ("Run summary", "", inp.summary, list(schemas.RUN_SUMMARY_SCHEMA.fieldNames())),
+    ]
+    for by, rows in inp.compare.items():
+        cols = [by, "runs"] + [c for c in (rows[0].keys() if rows else []) if c.endswith("_mean") or c.endswith("_max")]
+        sections.append((f"Comparison by {by}", "", rows, cols))
+    md = ["# snekbed analysis", "", f"{len(inp.runs)} run(s).", ""]
+    body = [f"<h1>snekbed analysis</h1><p>{len(inp.runs)} run(s).</p>"]
+    for png, title in zip(PLOTS, ("Convergence time CDF", "Stretch histogram", "Delivery over time",
+                                  "Overhead by class")):
+        md += [f"![{title}]({png})", ""]
+        body.append(f'<figure><img src="{png}" alt="{title}"><figcaption>{title}</figcaption></figure>')
+    for title, text, rows, cols in sections:
+        t_md, t_html = _table(rows, cols)
+        md += [f"## {title}", "", text, "", t_md, ""] if text else [f"## {title}", "", t_md, ""]
+        body.append(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(text)}</p>" if text else "") + t_html)
+    files["report.md"] = "\n".join(md)
+    files["report.html"] = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>snekbed analysis</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}tr.bad{background:#fdd}img{max-width:100%}"
+        "</style></head><body>" + "\n".join(body) + "</body></html>"
+    )
+    return files

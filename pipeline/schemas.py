@@ -1,0 +1,204 @@
+"""Explicit Spark schemas for every table the pipeline reads or writes.
+
+Input tables are derived from ``pipeline.contract`` (so the Spark side and
+the plain-Python side cannot drift); result tables are written out here in
+full. Kinds map to Spark types as: int -> LongType, float -> DoubleType,
+bool -> BooleanType, str/hex/json -> StringType, [int] -> ArrayType(LongType),
+[str] -> ArrayType(StringType). See ``docs/run-dataset.md``.
+
+Every ingested row keeps its provenance: ``file`` (path of the input file) and
+``line_no`` (1-based line number in that file).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from pipeline.contract import ACTION_FIELDS, COMMON_FIELDS, EVENT_FIELDS, PING_FIELDS, Field
+
+__all__ = [
+    "spark_type",
+    "fields_schema",
+    "LINES_SCHEMA",
+    "EVENTS_SCHEMA",
+    "ACTIONS_SCHEMA",
+    "PINGS_SCHEMA",
+    "QUARANTINE_SCHEMA",
+    "RUNS_SCHEMA",
+    "NODES_SCHEMA",
+    "LINKS_SCHEMA",
+    "LINE_COUNTS_SCHEMA",
+    "EPISODES_SCHEMA",
+    "CONVERGENCE_SCHEMA",
+    "PINGS_ENRICHED_SCHEMA",
+    "DELIVERY_SCHEMA",
+    "DELIVERY_TIMELINE_SCHEMA",
+    "DELIVERY_EPISODE_SCHEMA",
+    "CHURN_NODE_SCHEMA",
+    "OVERHEAD_NODE_SCHEMA",
+    "OVERHEAD_CLASS_SCHEMA",
+    "CHURN_SCHEMA",
+    "RUN_SUMMARY_SCHEMA",
+    "RECONCILIATION_SCHEMA",
+]
+
+_KIND_TYPES: dict[str, DataType] = {
+    "int": LongType(),
+    "float": DoubleType(),
+    "bool": BooleanType(),
+    "str": StringType(),
+    "hex": StringType(),
+    "json": StringType(),
+    "[int]": ArrayType(LongType(), containsNull=False),
+    "[str]": ArrayType(StringType(), containsNull=False),
+}
+
+
+def spark_type(kind: str) -> DataType:
+    """Spark type of a contract field kind. Raises KeyError for an unknown kind."""
+    return _KIND_TYPES[kind]
+
+
+def fields_schema(fields: tuple[Field, ...]) -> list[StructField]:
+    """StructFields for contract fields (all nullable: nullability is checked at ingest)."""
+    return [StructField(f.name, spark_type(f.kind), True) for f in fields]
+
+
+def _s(*cols: tuple[str, DataType]) -> list[StructField]:
+    return [StructField(name, dtype, True) for name, dtype in cols]
+
+
+S, D, L, B = StringType(), DoubleType(), LongType(), BooleanType()
+_PROVENANCE = _s(("file", S), ("line_no", L))
+
+#: What ``io.read_lines`` returns: one row per physical input line.
+LINES_SCHEMA = StructType(_s(("run_id", S), ("file", S), ("line_no", L), ("line", S)))
+
+#: Node event logs, flat: common fields, then every per-event field (null when
+#: the event has no such field), then provenance. Partitioned by run_id.
+EVENTS_SCHEMA = StructType(fields_schema(COMMON_FIELDS) + fields_schema(EVENT_FIELDS) + _PROVENANCE)
+
+ACTIONS_SCHEMA = StructType(fields_schema(ACTION_FIELDS) + _PROVENANCE)
+PINGS_SCHEMA = StructType(fields_schema(PING_FIELDS) + _PROVENANCE)
+
+#: Lines that did not meet the contract. ``source`` is events|actions|pings,
+#: ``reason`` a ``contract.Reason`` code, ``message`` says which field and why.
+QUARANTINE_SCHEMA = StructType(
+    _s(("run_id", S), ("source", S), ("file", S), ("line_no", L), ("reason", S), ("message", S), ("line", S))
+)
+
+#: One row per run, from meta.json (+ derived class_mix and run_dir).
+RUNS_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("backend", S), ("variant", S), ("topology", S), ("seed", L), ("clock", S),
+        ("link_delay_ms", D), ("started_wall_ts", D),
+    )
+    + [
+        StructField("nodes", MapType(S, S), True),
+        StructField("versions", MapType(S, S), True),
+    ]
+    + _s(("observer", S), ("class_mix", S), ("n_nodes", L), ("n_links", L), ("run_dir", S))
+)
+
+#: Node names and keys of a run (meta.json ``nodes``, checked against topology.json).
+NODES_SCHEMA = StructType(_s(("run_id", S), ("name", S), ("key", S)))
+
+#: Links of a run (topology.json ``links`` joined with meta.json's shaping backend).
+LINKS_SCHEMA = StructType(_s(("run_id", S), ("a", S), ("b", S), ("link_class", S), ("shaping_backend", S)))
+
+#: Physical lines per input file, counted before any parsing (reconciliation input side).
+LINE_COUNTS_SCHEMA = StructType(_s(("run_id", S), ("source", S), ("file", S), ("lines", L)))
+
+#: Expected converged state per episode and live node (jobs.episodes).
+EPISODES_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("episode", L), ("t0_s", D), ("t1_s", D), ("action", S), ("target", S),
+        ("node", S), ("component", L), ("expected_root", S), ("expected_descending", S),
+    )
+)
+
+#: One row per episode: run start (action 'start') and each disruptive action.
+CONVERGENCE_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("episode", L), ("action", S), ("target", S), ("t0_s", D), ("t0_rel_s", D),
+        ("live_nodes", L), ("components", L), ("tree_converged_s", D), ("snake_converged_s", D),
+        ("tree_settled_s", D), ("snake_settled_s", D),
+    )
+)
+
+PINGS_ENRICHED_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("sender", S), ("target", S), ("mode", S), ("sent_mono_s", D), ("sent_rel_s", D),
+        ("episode", L), ("received", B), ("rtt_ms", D), ("hops", L), ("shortest_links", L), ("path_links", L),
+        ("stretch", D), ("class_mix", S), ("since_disruption_s", D), ("since_bucket", S),
+    )
+)
+
+DELIVERY_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("mode", S), ("class_mix", S), ("shortest_links", L), ("since_bucket", S),
+        ("sent", L), ("received", L), ("delivery_ratio", D), ("stretch_mean", D), ("stretch_median", D),
+        ("stretch_p95", D), ("stretch_max", D), ("rtt_median_ms", D),
+    )
+)
+
+#: Delivery per episode (the in-process observer reports pings per phase).
+DELIVERY_EPISODE_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("episode", L), ("sent", L), ("received", L), ("delivery_ratio", D), ("stretch_mean", D),
+        ("stretch_median", D), ("stretch_p95", D), ("stretch_max", D), ("rtt_median_ms", D),
+    )
+)
+
+DELIVERY_TIMELINE_SCHEMA = StructType(
+    _s(("run_id", S), ("mode", S), ("t_bin_s", D), ("sent", L), ("received", L), ("delivery_ratio", D))
+)
+
+OVERHEAD_NODE_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("node", S), ("node_name", S), ("direction", S), ("frame_type", S), ("link_class", S),
+        ("frames", L), ("bytes", L), ("covered_s", D), ("frames_per_s", D), ("bytes_per_s", D),
+    )
+)
+
+OVERHEAD_CLASS_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("link_class", S), ("frame_type", S), ("direction", S), ("nodes", L),
+        ("frames", L), ("bytes", L), ("frames_per_node_s", D), ("bytes_per_node_s", D),
+    )
+)
+
+CHURN_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("t_bin_s", D), ("root_changes", L), ("parent_changes", L),
+        ("nodes_changing", L),
+    )
+)
+
+CHURN_NODE_SCHEMA = StructType(
+    _s(("run_id", S), ("node", S), ("node_name", S), ("root_changes", L), ("parent_changes", L))
+)
+
+RUN_SUMMARY_SCHEMA = StructType(
+    _s(
+        ("run_id", S), ("backend", S), ("variant", S), ("topology", S), ("class_mix", S), ("clock", S),
+        ("n_nodes", L), ("seed", L), ("start_tree_s", D), ("start_snake_s", D), ("disruption_tree_max_s", D),
+        ("disruption_snake_max_s", D), ("episodes_unconverged", L), ("pings_sent", L),
+        ("delivery_ratio", D), ("stretch_median", D), ("control_bytes_per_node_s", D),
+        ("control_frames_per_node_s", D), ("root_changes_per_node", D), ("parent_changes_per_node", D),
+    )
+)
+
+RECONCILIATION_SCHEMA = StructType(
+    _s(("run_id", S), ("source", S), ("file", S), ("lines", L), ("parsed", L), ("quarantined", L), ("ok", B))
+)

@@ -1,0 +1,135 @@
+"""pipeline.io: run directories, exact line numbers, independent line counts, tables."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline import io, schemas
+from pipeline.errors import RunDatasetError
+from tests.pipeline.conftest import assert_frames_equal
+
+pytestmark = pytest.mark.spark
+
+TRICKY = {
+    "plain.jsonl": b"a\nb\nc\n",
+    "no final newline.jsonl": b"a\nb",
+    "crlf+cr.jsonl": b"a\r\nb\rc\r\n\r\nd",
+    "blank lines.jsonl": b"\n\n x \n\n",
+    "empty.jsonl": b"",
+    "plus+and%41.jsonl": b"only\n",
+}
+
+
+def python_lines(data: bytes) -> list[str]:
+    """Lines as Spark's text reader (and io.count_lines) splits them."""
+    text = data.decode().replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") or not text else lines
+
+
+@pytest.fixture
+def tricky_files(tmp_path) -> dict[Path, str]:
+    d = tmp_path / "dir with space"
+    d.mkdir()
+    files = {}
+    for i, (name, data) in enumerate(TRICKY.items()):
+        (d / name).write_bytes(data)
+        files[d / name] = f"run-{i % 2}"
+    return files
+
+
+def test_line_numbers_and_counts_are_exact(spark, tricky_files):
+    got = io.read_lines(spark, tricky_files, "events")
+    expected_lines = []
+    expected_counts = []
+    for path, run_id in tricky_files.items():
+        lines = python_lines(path.read_bytes())
+        expected_lines += [(run_id, str(path.resolve()), i, line) for i, line in enumerate(lines, 1)]
+        expected_counts.append((run_id, "events", str(path.resolve()), len(lines)))
+    assert_frames_equal(got.lines, spark.createDataFrame(expected_lines, schemas.LINES_SCHEMA))
+    assert_frames_equal(got.counts, spark.createDataFrame(expected_counts, schemas.LINE_COUNTS_SCHEMA))
+
+
+def test_big_file_keeps_numbers_in_order(spark, tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(f"{i}\n" for i in range(1, 200_001)))
+    got = io.read_lines(spark, {path: "r"}, "events").lines
+    from pyspark.sql import functions as F
+
+    wrong = got.where(F.col("line").cast("long") != F.col("line_no")).count()
+    assert wrong == 0
+    assert got.count() == 200_000
+
+
+def test_count_lines_matches_splitting_in_chunks(tmp_path):
+    for name, data in TRICKY.items():
+        p = tmp_path / name.replace(" ", "_")
+        p.write_bytes(data)
+        assert io.count_lines(p) == len(python_lines(data)) == io.count_lines(p, chunk_bytes=1), name
+
+
+def make_run(root: Path, run_id: str = "r1") -> Path:
+    key = "ab" * 32
+    (root / "events").mkdir(parents=True)
+    (root / "meta.json").write_text(json.dumps({
+        "run_id": run_id, "backend": "inproc", "variant": "snek", "topology": "t", "clock": "virtual",
+        "nodes": {"a": key, "b": "cd" * 32}, "links": [{"a": "a", "b": "b", "class": "lan"}],
+        "started_wall_ts": 1.0,
+    }))
+    (root / "topology.json").write_text(json.dumps({
+        "name": "t", "nodes": [{"name": "a"}, {"name": "b"}], "links": [{"a": "a", "b": "b", "class": "lan"}]}))
+    (root / "actions.jsonl").write_text("")
+    (root / "pings.jsonl").write_text("")
+    (root / "events" / "a.jsonl").write_text("")
+    return root
+
+
+def test_discover_runs_accepts_a_run_or_a_parent(tmp_path):
+    make_run(tmp_path / "p" / "r1", "r1")
+    make_run(tmp_path / "p" / "r2", "r2")
+    assert [r.run_id for r in io.discover_runs([tmp_path / "p"])] == ["r1", "r2"]
+    assert [r.run_id for r in io.discover_runs([tmp_path / "p" / "r2"])] == ["r2"]
+
+
+@pytest.mark.parametrize(
+    "damage, where, what",
+    [
+        (lambda r: (r / "meta.json").unlink(), "", "not a run directory"),
+        (lambda r: (r / "pings.jsonl").unlink(), "pings.jsonl", "missing"),
+        (lambda r: (r / "topology.json").write_text("{"), "topology.json", "not readable JSON"),
+        (lambda r: (r / "meta.json").write_text(json.dumps(dict(json.loads((r / "meta.json").read_text()),
+                                                                 clock="sundial"))), "meta.json", "field clock"),
+        (lambda r: shutil.rmtree(r / "events"), "events", "missing events/"),
+    ],
+)
+def test_bad_run_directories_raise_naming_file_and_problem(tmp_path, damage, where, what):
+    run = make_run(tmp_path / "r1")
+    damage(run)
+    with pytest.raises(RunDatasetError) as err:
+        io.discover_runs([run])
+    assert where in err.value.path and what in str(err.value)
+
+
+def test_duplicate_run_ids_are_rejected(tmp_path):
+    make_run(tmp_path / "x" / "a", "same")
+    make_run(tmp_path / "x" / "b", "same")
+    with pytest.raises(RunDatasetError, match="also used by"):
+        io.discover_runs([tmp_path / "x"])
+
+
+def test_write_split_and_read_table(spark, tmp_path):
+    df = spark.createDataFrame([("r1", "x", 1), ("r1", "y", 2), ("r2", "x", 3)], "run_id string, t string, n long")
+    paths = io.write_split(df, tmp_path, "t", {"x": "table_x", "y": "table_y", "z": "table_z"})
+    assert set(paths) == {"table_x", "table_y", "table_z"}
+    schema = schemas.StructType.fromJson({"type": "struct", "fields": [
+        {"name": "run_id", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "n", "type": "long", "nullable": True, "metadata": {}}]})
+    assert sorted(tuple(r) for r in io.read_table(spark, tmp_path, "table_x", schema).collect()) == [("r1", 1), ("r2", 3)]
+    assert io.read_table(spark, tmp_path, "table_z", schema).count() == 0
+    assert not list((tmp_path / "tables").glob("_staging*"))
+    with pytest.raises(RunDatasetError):
+        io.read_table(spark, tmp_path, "nope", schema)

@@ -1,0 +1,132 @@
+"""The pipeline on real runs: `snekbed sim TOPOLOGY --kill-root --record DIR` (the in-process backend).
+
+What the pipeline derives from the event logs must match what the in-process
+observer measured while the run was going on (meta.observer): convergence
+within one maintenance tick (1 s), ping delivery and stretch exactly; every
+input line is accounted for; the report of the multi-run analysis is written
+and each plot has data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import analysis, io, report, schemas
+from tests.conftest import REPO, TOPOLOGIES, need
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TICK_S = 1.0  # one SNEK maintenance tick (PROTOCOL.md §6.7)
+RUNS = {  # topology file -> sim arguments
+    "sim.txt": ["--seed", "0", "--pairs", "40"],
+    "rtree-0050.txt": ["--seed", "1", "--pairs", "40"],
+    "sim-medium.txt": ["--seed", "3", "--pairs", "40"],
+}
+
+
+@pytest.fixture(scope="session")
+def real_runs(tmp_path_factory) -> list[Path]:
+    need(TOPOLOGIES.is_dir(), f"pinecone topologies not found at {TOPOLOGIES}")
+    root = tmp_path_factory.mktemp("real-runs")
+    runs = []
+    for name, args in RUNS.items():
+        out = root / Path(name).stem
+        cmd = [sys.executable, "-m", "orchestrator.cli", "sim", str(TOPOLOGIES / name), "--kill-root", "--json",
+               "--record", str(out), *args]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+        assert (out / "meta.json").exists(), proc.stderr[-2000:]
+        runs.append(out)
+    return runs
+
+
+@pytest.fixture(scope="session")
+def real_analysis(spark, real_runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("real-analysis")
+    result = analysis.analyze(spark, real_runs, out)
+    return out, result
+
+
+def observer(run: Path) -> dict:
+    return json.loads((run / "meta.json").read_text())["observer"]
+
+
+def table(spark, out: Path, name: str, schema) -> list[dict]:
+    return [r.asDict() for r in io.read_table(spark, out, name, schema).collect()]
+
+
+def test_convergence_matches_the_observer(spark, real_runs, real_analysis):
+    out, _ = real_analysis
+    conv = {(r["run_id"], r["episode"]): r for r in table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)}
+    for run in real_runs:
+        meta = json.loads((run / "meta.json").read_text())
+        obs, run_id = meta["observer"], meta["run_id"]
+        start, kill = conv[(run_id, 0)], conv[(run_id, 1)]
+        assert start["action"] == "start" and kill["action"] == "kill_root"
+        assert kill["target"] == obs["root_kill"]["killed_name"]
+        pairs = [
+            (start["tree_converged_s"], obs["tree_converged_s"]),
+            (start["snake_converged_s"], obs["snake_converged_s"]),
+            (kill["tree_converged_s"], obs["root_kill"]["tree_reconverged_s"]),
+            (kill["snake_converged_s"], obs["root_kill"]["snake_reconverged_s"]),
+        ]
+        for derived, measured in pairs:
+            assert measured is not None and derived is not None, (run.name, pairs)
+            assert abs(derived - measured) <= TICK_S, (run.name, pairs)
+
+
+def test_delivery_and_stretch_match_the_observer(spark, real_runs, real_analysis):
+    out, _ = real_analysis
+    by_ep = {(r["run_id"], r["episode"]): r for r in table(spark, out, "delivery_by_episode",
+                                                          schemas.DELIVERY_EPISODE_SCHEMA)}
+    for run in real_runs:
+        meta = json.loads((run / "meta.json").read_text())
+        obs, run_id = meta["observer"], meta["run_id"]
+        for episode, measured in ((0, obs), (1, obs["root_kill"])):
+            got = by_ep[(run_id, episode)]
+            assert (got["sent"], got["received"]) == (measured["pings"]["sent"], measured["pings"]["delivered"])
+            st = measured["stretch"]
+            assert got["stretch_mean"] == pytest.approx(st["mean"], abs=1e-4)
+            assert got["stretch_median"] == pytest.approx(st["median"], abs=1e-4)
+            assert got["stretch_p95"] == pytest.approx(st["p95"], abs=1e-4)
+
+
+def test_every_line_is_accounted_for(spark, real_runs, real_analysis):
+    out, result = real_analysis
+    recon = table(spark, out, "reconciliation", schemas.RECONCILIATION_SCHEMA)
+    files = {str(f.resolve()) for run in real_runs
+             for f in [*(run / "events").glob("*.jsonl"), run / "actions.jsonl", run / "pings.jsonl"]}
+    assert {r["file"] for r in recon} == files
+    for r in recon:
+        with open(r["file"], "rb") as fh:
+            assert r["lines"] == len(fh.read().splitlines())
+        assert r["ok"] and r["lines"] == r["parsed"] + r["quarantined"]
+    assert result.quarantined == 0  # the recorder writes the contract exactly
+
+
+def test_report_of_a_multi_run_analysis(spark, real_runs, real_analysis):
+    out, result = real_analysis
+    for name in ("report.md", "report.html", "plots.json", *report.PLOTS):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    from matplotlib.image import imread
+
+    for png in report.PLOTS:
+        pixels = imread(out / png)
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 100 and pixels.std() > 0.01, png
+    data = json.loads((out / "plots.json").read_text())
+    assert len(data["convergence_cdf.png"]["tree"]) == 2 * len(real_runs)
+    assert len(data["convergence_cdf.png"]["snake"]) >= len(real_runs)
+    assert sum(count for _, count in data["stretch_hist.png"]["bins"]) > 0
+    assert data["delivery_over_time.png"]["series"] and len(data["delivery_over_time.png"]["disruptions"]) == len(real_runs)
+    assert data["overhead_by_class.png"]["bytes_per_node_s"]
+    md = (out / "report.md").read_text()
+    for run in real_runs:
+        assert json.loads((run / "meta.json").read_text())["run_id"] in md
+    assert "Reconciliation" in md and "Convergence" in md and "Comparison by topology" in md
+    html = (out / "report.html").read_text()
+    assert all(f'src="{png}"' in html for png in report.PLOTS)
