@@ -34,7 +34,7 @@ from netem.check import (
     host_load,
 )
 from netem.classes import LinkShape, default_classes
-from netem.measure import MeasureError, exec_python, node_rtt, tcp_throughput, udp_loss
+from netem.measure import MeasureError, best_throughput, exec_python, node_rtt, tcp_throughput, udp_loss
 from tests.netem.conftest import require_kernel_tools
 
 CLASSES = default_classes()
@@ -102,15 +102,18 @@ def test_loss_and_rate_measured_through_kernel_partial_shaping(pair):
     ab, ba = udp_loss(pair[0], pair[1], A_IP, B_IP, count=5000, rate_mbit=8, names=("a", "b"))
     # The rate is measured with the same shape minus the loss: one TCP flow cannot fill a link that
     # drops 2 % of its segments (it measured 6 of 8 Mbit/s once), and the tbf rate is what is judged here.
+    # A reading can still be low on a busy CI host (6.85 of 8 once): best_throughput measures again.
     _shape_both(pair, LinkShape(rate_mbit=8, queue_limit_pkts=50))
-    result = tcp_throughput(pair[0], pair[1], A_IP, B_IP, nbytes=1_500_000)
+    tries = best_throughput(pair[0], pair[1], A_IP, B_IP, nbytes=1_500_000, floor_mbit=8 * 0.9)
+    result = max(tries, key=lambda r: r.link_mbit)
+    assert all(r.link_mbit < 8 * 1.1 for r in tries), [r.link_mbit for r in tries]  # the limiter caps every try
     for r in (ab, ba):
         assert r.sent == 5000 and r.send_errors == 0 and r.duplicates == 0
     assert (ab.direction, ba.direction) == ("a->b", "b->a")
     assert result.dev == "va" and result.payload_bytes == 1_500_000
     assert 1.03 < result.overhead < 1.12  # headers (1514/1448), and any retransmissions
     assert result.goodput_mbit < result.link_mbit
-    measured = {"a->b loss": ab.loss_pct, "b->a loss": ba.loss_pct, "link_mbit": result.link_mbit}
+    measured = {"a->b loss": ab.loss_pct, "b->a loss": ba.loss_pct, "link_mbit": [r.link_mbit for r in tries]}
     ok = all(abs(r.loss_pct - 2) <= LOSS_TOLERANCE_PP for r in (ab, ba))  # sigma is 0.2 pp at n=5000: 1 pp is 5 sigma
     ok = ok and result.link_mbit == pytest.approx(8, rel=0.10)
     if not ok and (why := _overloaded()):  # said, never silent: a saturated host stalls the programs themselves

@@ -173,7 +173,7 @@ def test_enrich_and_summarise_pings(spark):
 
 
 def stats(node, t, direction, ftype, cls, frames, nbytes, interval=10.0):
-    return ev(node, t, "frame_stats", int(t), interval_s=interval, direction=direction, frame_type=ftype,
+    return ev(node, float(t), "frame_stats", int(t), interval_s=interval, direction=direction, frame_type=ftype,
               link_class=cls, frames=frames, bytes=nbytes)
 
 
