@@ -35,8 +35,8 @@ from pathlib import Path
 
 import networkx as nx
 
-CLASSES = ("lan", "wifi", "lte", "ble")
-CLASS_BYTES = {"lan": 1.0, "wifi": 1.1, "lte": 1.2, "ble": 0.6}
+CLASSES = ("lan", "multicast", "remote", "bluetooth")  # netem/classes.yaml
+CLASS_BYTES = {"lan": 1.0, "multicast": 1.1, "remote": 1.2, "bluetooth": 0.6}
 STATS_INTERVAL_S = 10.0
 BOOTSTRAP_INTERVAL_S = 5.0
 EVENTS_PER_NODE_S = 1.55  # measured from the generator's own mix; used to size runs
@@ -77,7 +77,7 @@ class _Run:
             a, b = rng.sample(self.names, 2) if n_nodes > 1 else (self.names[0], self.names[0])
             if a != b:
                 g.add_edge(a, b)
-        self.classes = ["lan", "wifi"] if seed % 2 else list(CLASSES)
+        self.classes = ["lan", "multicast"] if seed % 2 else list(CLASSES)
         for a, b in g.edges:
             g.edges[a, b]["cls"] = rng.choice(self.classes)
         self.g = g
@@ -239,7 +239,7 @@ class _Run:
         if t_change >= d:
             raise ValueError(f"duration_s={d} is too short for this story (needs > {t_change:.1f})")
         a, b = next(iter(live.edges))
-        self.act(t_change, "link_change", f"{a}--{b}", {"class": "lte"})
+        self.act(t_change, "link_change", f"{a}--{b}", {"class": "remote"})
         self.traffic([(0.0, t_kill, g), (t_kill, d, live)])
         for n in live.nodes:
             self.ev(n, d, "node_stopping", ',"reason":"run_finished"')

@@ -3,12 +3,15 @@
 With a reachable Docker engine and the Docker backend installed, bring up the
 12-node mixed mesh as containers, kill the root, re-converge and tear down.
 Otherwise run the same experiment on the reference graph-250 topology in the
-in-process backend. Either way it says which one ran and why.
+in-process backend. Either way it says which one ran and why, records the run
+directory (docs/run-dataset.md) under ``runs/<id>/``, analyzes it with Spark
+(``snekbed analyze``, local mode) and prints where the report is.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import click
@@ -31,20 +34,60 @@ def _docker_reason() -> str | None:
     return None
 
 
+def _analysis_reason() -> str | None:
+    """None when `snekbed analyze` can run here, else why not."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install -e '.[pipeline]')"
+    if shutil.which("java") is None:
+        return "no `java` on PATH (Spark needs a JRE; scripts/setup.sh installs one)"
+    return None
+
+
+def analyze_run(run_dir: Path, master: str) -> Path:
+    """`snekbed analyze RUN_DIR --out RUN_DIR/analysis`; returns the report's path. Raises ClickException."""
+    why = _analysis_reason()
+    if why:
+        raise click.ClickException(f"the run is recorded in {run_dir}, but it cannot be analyzed: {why}")
+    from pipeline.cli import analyze
+
+    out = run_dir / "analysis"
+    click.echo(f"demo: analyzing {run_dir} with Spark ({master})", err=True)
+    analyze.main([str(run_dir), "--out", str(out), "--master", master, "--driver-memory", "2g"],
+                 standalone_mode=False)
+    return out / "report.html"
+
+
 @click.command()
 @click.option("--backend", type=click.Choice(["auto", "docker", "inproc"]), default="auto", show_default=True)
-def demo(backend: str) -> None:
-    """Run the main experiment: converge, ping, kill the root, re-converge."""
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where run directories go (default: $SNEKBED_RUNS_DIR, else ./runs).")
+@click.option("--analyze/--no-analyze", "do_analyze", default=True, show_default=True,
+              help="Analyze the recorded run with Spark and print where the report is.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master for the analysis.")
+@click.option("--topology", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Run this topology instead (default: mesh-12 on Docker, graph-250 in process).")
+def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, topology: Path | None) -> None:
+    """Run the main experiment: converge, ping, kill the root, re-converge, analyze the run."""
+    from .runs import new_run_id, runs_root
+
     why = _docker_reason() if backend != "inproc" else "asked for inproc"
     if backend == "docker" and why:
         raise click.ClickException(f"--backend docker: {why}")
+    run_id = new_run_id()
+    run_dir = runs_root(runs_dir) / run_id
     if why is None:
         from .run_cli import demo_docker
 
-        demo_docker(MESH)
-        return
-    click.echo(f"demo: in-process backend ({why})", err=True)
-    topo = SHARED_GRAPH if SHARED_GRAPH.exists() else MESH
-    from .sim_cli import sim
+        demo_docker(topology or MESH, runs_dir=runs_root(runs_dir), run_id=run_id)
+    else:
+        click.echo(f"demo: in-process backend ({why})", err=True)
+        topo = topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH)
+        from .sim_cli import sim
 
-    sim.main([str(topo), "--kill-root", "--pairs", "100"], standalone_mode=False)
+        sim.main([str(topo), "--kill-root", "--pairs", "100", "--record", str(run_dir), "--run-id", run_id],
+                 standalone_mode=False)
+    click.echo(f"run directory: {run_dir}")
+    if do_analyze:
+        report = analyze_run(run_dir, master)
+        click.echo(f"report: {report}")
+        click.echo(f"        {report.with_suffix('.md')}  (tables: {report.parent / 'tables'})")

@@ -132,7 +132,7 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
     topo = _load(topology)  # before anything else: a bad file creates nothing
     root = runs_root(runs_dir)
     try:
-        run = create_run(root, run_id or new_run_id(), topology=topo.to_dict())
+        run = create_run(root, run_id or new_run_id(), topology=topo.to_record())
     except RunError as exc:
         raise click.ClickException(str(exc)) from None
     if backend_name == "inproc":
@@ -369,9 +369,9 @@ def compose(topology: Path, output: Path, seed: int, subnet_pool: str | None, im
 # ---------------------------------------------------------------- demo
 
 
-def demo_docker(path: Path, *, runs_dir: Path | None = None) -> None:
+def demo_docker(path: Path, *, runs_dir: Path | None = None, run_id: str | None = None) -> None:
     """`snekbed demo` on Docker: up, ping end to end, kill the root, re-converge, ping, down (always)."""
-    run_id = new_run_id()
+    run_id = run_id or new_run_id()
     args = ["--run-id", run_id] + (["--runs-dir", str(runs_dir)] if runs_dir else [])
     click.echo(f"demo: Docker backend, {path.name} as run {run_id}", err=True)
     t0 = time.monotonic()

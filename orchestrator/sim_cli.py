@@ -40,7 +40,7 @@ def config_from_topology(topo: Topology, **kw) -> SimConfig:
         link_options=[link_options(topo, i) for i in range(len(topo.links))],
         name=topo.name,
         key_seeds=key_seeds,
-        topology_doc=topo.to_dict(),
+        topology_doc=topo.to_record(),
         **kw,
     )
 

@@ -331,6 +331,13 @@ class Topology(BaseModel):
             **({"classes": self.classes} if self.classes else {}),
         }
 
+    def to_record(self) -> dict[str, Any]:
+        """The document a run directory keeps as ``topology.json`` (docs/run-dataset.md): the
+        native document with every link's class spelled out, defaults included."""
+        doc = self.to_dict()
+        doc["links"] = [{**d, "class": link.link_class} for d, link in zip(doc["links"], self.links, strict=True)]
+        return doc
+
     def to_json(self, indent: int | None = 2) -> str:
         """The native document as JSON (loadable by load_topology from a .json file)."""
         return json.dumps(self.to_dict(), indent=indent)

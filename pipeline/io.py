@@ -95,6 +95,9 @@ def get_spark(
         "spark.sql.parquet.compression.codec": "zstd",
     }
     if master is not None and master.startswith("local"):
+        # a local master talks to itself only: on loopback, whatever the host name resolves to
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings["spark.driver.host"] = settings["spark.driver.bindAddress"] = "127.0.0.1"
         cores = _local_cores(master)
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions or max(2, 4 * cores))
         if driver_memory:
@@ -117,7 +120,27 @@ def get_spark(
     except Exception as exc:  # py4j / launcher errors come in many types
         raise SparkSetupError(f"could not start Spark (master={master!r}): {exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_codegen_fallback(spark)
     return spark
+
+
+def _quiet_codegen_fallback(spark: SparkSession) -> None:
+    """Keep Spark's whole-stage code generator from printing a stack trace when it falls back.
+
+    The ingest slow path validates every contract field of a suspect line in one
+    projection; its generated method is over the JVM's 64 KB limit, janino says so
+    at ERROR level with a long trace, and Spark runs that stage with interpreted
+    expressions instead (``spark.sql.codegen.fallback``, on by default): the same
+    rows, only for the few suspect lines. Best effort: a JVM without log4j2's
+    Configurator keeps the trace.
+    """
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.FATAL
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator", level)
+    except Exception:  # py4j raises several types for a missing class; nothing else depends on this
+        pass
 
 
 def _local_cores(master: str) -> int:
