@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.pipeline.test_cli import (
+from tests.pipeline.test_analyze import (
     PLOTS,
     STAGES,
     normalized_rows,

@@ -11,6 +11,8 @@ and not fail the analysis.
 The helpers at the top (``shared_sim_runs``, ``shared_cli_analysis``) are also
 used by test_submit.py: their results are kept under the session's base
 temporary directory, so the runs are recorded and analyzed once per session.
+(Not ``test_cli.py``: tests/orchestrator has one, and test modules are imported
+by basename.)
 """
 
 from __future__ import annotations
