@@ -316,14 +316,22 @@ def _one(args: tuple[str, str, int, float, int, str]) -> int:
 
 def generate_dataset(out: Path, events: int, *, nodes: int = 50, seed: int = 1, jobs: int = 2,
                      per_run: int = 250_000) -> int:
-    """Write about ``events`` event lines as ceil(events / per_run) runs under ``out``; return the count."""
+    """Write at least ``events`` event lines (a few % more at most) as ceil(events / per_run) runs
+    under ``out``, plus one shorter run when the stories came out short; return the count."""
     runs = max(1, math.ceil(events / per_run))
     duration_s = max(60.0, events / runs / nodes / EVENTS_PER_NODE_S)
     variants = ("snek", "snek-legacy")
     tasks = [(str(out / f"run-{i:04d}"), f"syn{seed}-{i:04d}", nodes, duration_s, seed * 10_000 + i,
               variants[i % 2]) for i in range(runs)]
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return sum(pool.map(_one, tasks))
+        total = sum(pool.map(_one, tasks))
+    i = runs
+    while total < events:  # each story's length varies with its random topology: top up with one more run
+        missing = events - total
+        total += _one((str(out / f"run-{i:04d}"), f"syn{seed}-{i:04d}", nodes,
+                       max(60.0, 1.05 * missing / nodes / EVENTS_PER_NODE_S), seed * 10_000 + i, variants[i % 2]))
+        i += 1
+    return total
 
 
 def main(argv: list[str] | None = None) -> None:
