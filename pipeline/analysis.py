@@ -141,6 +141,7 @@ def analyze(
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files")
     counts = _ingest(spark, runs, out, tables)
+    io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 
     t = time.perf_counter()
