@@ -128,6 +128,9 @@ class Node:
         self.stop_reason = ""
         self._stop = trio.Event()
         self._servers_stop = trio.Event()
+        # Set once node_started is logged: no peer is added before it, so a node's event log
+        # always begins with node_started (the pipeline reads node_started as a state reset).
+        self._started = trio.Event()
         self._timer_lot = trio.lowlevel.ParkingLot()
         self._timer_deadline = float("inf")
         self.info: dict[str, Any] = {"public_key": self.key.hex(), "pid": os.getpid()}
@@ -190,6 +193,7 @@ class Node:
                     self.start_dialer(spec, nursery)
                 self._nursery = nursery
                 self.events.emit("node_started", listen=listen, variant="snek", version=snekbed_version())
+                self._started.set()
                 self._write_ready_file()
                 log.info("node %s up: %s", self.key.hex()[:16], json.dumps(self.info))
                 task_status.started(self.info)
@@ -294,6 +298,7 @@ class Node:
             return f"handshake_{exc.reason}"
         finally:
             self._handshaking -= 1
+        await self._started.wait()  # a peer that authenticates while the listeners start waits for node_started
         if self.stopping:
             return "node_stopping"
         self._fwd_clear()
