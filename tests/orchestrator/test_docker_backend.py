@@ -193,6 +193,13 @@ def analyze_docker_run(run_dir: Path, out: Path, killed: list[str]) -> None:
         for what in ("tree", "snake"):
             derived, measured = row[f"{what}_converged_s"], obs[f"{what}_converged_s"]
             assert derived is not None and abs(derived - measured) <= 1.0 + POLL_S, (what, row, obs)
+    # The start episode begins at the first node_started, the observer's clock at the `up` action:
+    # compare the instants (both time.monotonic() on this host) at which each saw the snake converge.
+    up = next(json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()
+              if json.loads(x)["action"] == "converged" and json.loads(x)["detail"]["after"] == "up")
+    start = conv[0]
+    assert start["snake_converged_s"] is not None, start
+    assert abs(start["t0_s"] + start["snake_converged_s"] - up["mono_s"]) <= 1.0 + POLL_S, (start, up)
     assert (out / "report.html").is_file() and (out / "convergence_cdf.png").is_file()
 
 
