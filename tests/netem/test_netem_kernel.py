@@ -159,10 +159,19 @@ def test_kernel_partial_rate_is_within_10_percent(two_namespaces):
     a, b = two_namespaces
     shape = CLASSES["remote"].shape.model_copy(update={"loss_pct": 0.0})  # 20 Mbit/s
     _apply(a, plan_kernel_partial("va", shape, peer_ip="10.99.0.2").commands)
-    n, nbytes, span_s = _measure(a, b, count=6000, size=1200, gap_s=0)  # offered far above 20 Mbit/s
-    wire_bits = (nbytes + n * (8 + 20 + 14)) * 8  # UDP + IP + Ethernet headers count against tbf
-    assert span_s > 1.0
-    assert wire_bits / span_s / 1e6 == pytest.approx(20, rel=0.10)
+    # tbf only caps: a reading below the rate is a stalled sender or receiver on a busy host (15.9 of
+    # 20 Mbit/s once in CI), so a low reading is measured again, as netem.measure.best_throughput does;
+    # every reading must stay under the cap.
+    readings = []
+    for _ in range(3):
+        n, nbytes, span_s = _measure(a, b, count=6000, size=1200, gap_s=0)  # offered far above 20 Mbit/s
+        wire_bits = (nbytes + n * (8 + 20 + 14)) * 8  # UDP + IP + Ethernet headers count against tbf
+        assert span_s > 1.0
+        readings.append(wire_bits / span_s / 1e6)
+        if readings[-1] >= 20 * 0.9:
+            break
+    assert all(r <= 20 * 1.1 for r in readings), readings
+    assert max(readings) == pytest.approx(20, rel=0.10), readings
 
 
 @pytest.mark.slow
