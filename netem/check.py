@@ -11,6 +11,8 @@ link:
 ``rate``  a bounded TCP transfer per direction (about ``transfer_s`` at the asked rate,
           :func:`netem.measure.tcp_throughput`); judged on the link rate (goodput times
           the measured wire overhead, i.e. what the rate limiter counts), goodput shown.
+          A median RTT that reads high is measured again the same way (the delay is a
+          timer a busy host makes late, never early).
           A transfer that reads low is repeated (``rate_attempts``, default 3) and the
           best is judged, every attempt shown: a limiter only caps, so a low reading is
           a stalled program, while a reading above tolerance always fails.
@@ -228,10 +230,23 @@ def check_link(link: str, link_class: str, shape: LinkShape, backend: ShapingBac
     names = (a.node, b.node)
     if "rtt" in options.metrics:
         try:
-            rtt = node_rtt(a.container, peer_ip=b.ip, peer_key=b.key, count=options.rtt_samples, admin=options.admin)
+            asked_rtt = float(asked["rtt_ms"] or 0.0)
+            medians: list[float] = []
+            best = None
+            # The delay is a timer: a busy host makes it late, never early. A median that reads
+            # high is measured again (rate_attempts in all); the lowest is judged, all are shown.
+            for _ in range(options.rate_attempts):
+                rtt = node_rtt(a.container, peer_ip=b.ip, peer_key=b.key, count=options.rtt_samples,
+                               admin=options.admin)
+                medians.append(rtt.median_ms)
+                if best is None or rtt.median_ms < best.median_ms:
+                    best = rtt
+                if judge_rtt(asked_rtt, rtt.median_ms)["pass"] or rtt.median_ms < asked_rtt:
+                    break
+            rtt = best
             got.update({"rtt_ms": _r(rtt.median_ms), "rtt_p95_ms": _r(rtt.p95_ms), "rtt_samples": rtt.received,
-                        "rtt_sent": rtt.sent})
-            checks["rtt"] = judge_rtt(float(asked["rtt_ms"] or 0.0), rtt.median_ms)
+                        "rtt_sent": rtt.sent, "rtt_attempts_ms": [_r(m) for m in medians]})
+            checks["rtt"] = judge_rtt(asked_rtt, rtt.median_ms)
             indirect = sorted({h for h in rtt.hops if h != 2})
             if indirect:  # §8: hops = links on the forward path + 1; a direct neighbour answers with 2
                 checks["rtt"].update({"pass": False, "error": f"some pings took another path (hops {indirect})"})
