@@ -274,8 +274,8 @@ def _check_fields(obj: dict, fields: tuple[Field, ...]) -> tuple[str, str] | Non
     return None
 
 
-def validate_record(line: str, fields: tuple[Field, ...], run_id: str | None = None) -> tuple[str, str] | None:
-    """Check one actions/pings line; return ``(reason, message)`` or None when valid."""
+def _parse_object(line: str) -> dict | tuple[str, str]:
+    """The line as a JSON object, or the ``(reason, message)`` of the first prelude check it fails."""
     if _BLANK.fullmatch(line):
         return Reason.BLANK, "blank line"
     try:
@@ -284,6 +284,14 @@ def validate_record(line: str, fields: tuple[Field, ...], run_id: str | None = N
         return Reason.NOT_JSON, "not valid JSON"
     if not isinstance(obj, dict):
         return Reason.NOT_OBJECT, "not a JSON object"
+    return obj
+
+
+def validate_record(line: str, fields: tuple[Field, ...], run_id: str | None = None) -> tuple[str, str] | None:
+    """Check one actions/pings line; return ``(reason, message)`` or None when valid."""
+    obj = _parse_object(line)
+    if isinstance(obj, tuple):
+        return obj
     bad = _check_fields(obj, fields)
     if bad is None and run_id is not None and obj.get("run_id") != run_id:
         return Reason.RUN_MISMATCH, f"run_id does not match meta.json ({run_id})"
@@ -297,14 +305,9 @@ def validate_event(line: str, run_id: str | None = None) -> tuple[str, str] | No
     the one the Spark ingest uses: blank, JSON, object, common fields in
     ``COMMON_FIELDS`` order, ``v``, ``event``, run id, per-event fields.
     """
-    if _BLANK.fullmatch(line):
-        return Reason.BLANK, "blank line"
-    try:
-        obj = _loads(line)
-    except ValueError:
-        return Reason.NOT_JSON, "not valid JSON"
-    if not isinstance(obj, dict):
-        return Reason.NOT_OBJECT, "not a JSON object"
+    obj = _parse_object(line)
+    if isinstance(obj, tuple):
+        return obj
     bad = _check_fields(obj, COMMON_FIELDS)
     if bad is not None:
         return bad
