@@ -35,13 +35,13 @@ from pathlib import Path
 
 import networkx as nx
 
-CLASSES = ("lan", "multicast", "remote", "bluetooth")  # netem/classes.yaml
+CLASSES = ("lan", "multicast", "remote", "bluetooth")  # contract/classes.yaml
 CLASS_BYTES = {"lan": 1.0, "multicast": 1.1, "remote": 1.2, "bluetooth": 0.6}
 STATS_INTERVAL_S = 10.0
 BOOTSTRAP_INTERVAL_S = 5.0
 EVENTS_PER_NODE_S = 1.55  # measured from the generator's own mix; used to size runs
 
-#: (line, reason) pairs appended by ``bad_lines``; reasons as in pipeline.contract.Reason.
+#: (line, reason) pairs appended by ``bad_lines``; reasons as in contract.dataset.Reason.
 BAD_LINES = [
     ("this is not json", "not_json"),
     ("", "blank_line"),

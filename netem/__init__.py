@@ -1,24 +1,15 @@
-"""Link shaping for snekbed: link classes as data, pure planners, a capability probe
+"""Link shaping for snekbed: pure planners, a capability probe, measurement primitives
 and the userspace shaping model the node's transports use.
+
+The link classes they shape with are shared vocabulary (``contract.links``). Applying
+shaping to a run's containers and the ``snekbed links`` commands are run-aware and live
+in the orchestrator (``orchestrator.shaping``, ``orchestrator.links_cli``).
 
 The CLI (``netem.cli``) and the probe (``netem.probe``, which runs commands) are not
 imported here, so importing ``netem`` stays cheap and side-effect free.
 """
 
-from netem.classes import (
-    DEFAULT_QUEUE_PKTS,
-    LINK_TYPE_NUMBERS,
-    LinkClass,
-    LinkShape,
-    LinkType,
-    ShapeRationale,
-    default_classes,
-    link_type_number,
-    load_classes,
-    merge_classes,
-    resolve_class,
-)
-from netem.errors import InvalidLinkClass, NetemError, PlanError, UnknownLinkClass
+from netem.errors import NetemError, PlanError
 from netem.plan import (
     KernelPartialPlan,
     LinkPlan,
@@ -35,26 +26,14 @@ from netem.plan import (
 from netem.userspace import LinkShaper, ShaperStats, Verdict, shaper_factory
 
 __all__ = [
-    "DEFAULT_QUEUE_PKTS",
-    "LINK_TYPE_NUMBERS",
-    "InvalidLinkClass",
     "KernelPartialPlan",
-    "LinkClass",
     "LinkPlan",
-    "LinkShape",
     "LinkShaper",
-    "LinkType",
     "NetemError",
     "PlanError",
-    "ShapeRationale",
     "ShaperStats",
     "ShapingBackend",
-    "UnknownLinkClass",
     "Verdict",
-    "default_classes",
-    "link_type_number",
-    "load_classes",
-    "merge_classes",
     "netem_argv",
     "plan_clear",
     "plan_ingress_ifb",
@@ -62,7 +41,6 @@ __all__ = [
     "plan_kernel_partial",
     "plan_link",
     "plan_userspace",
-    "resolve_class",
     "shaper_factory",
     "userspace_part",
 ]

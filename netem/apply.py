@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from netem.classes import LinkShape, resolve_class
+from contract.links import LinkShape, resolve_class
 from netem.errors import NetemError
 from netem.probe import run_command
 from netem.plan import IPTABLES_COMMENT, RateQdisc, ShapingBackend, iptables_check_argv, plan_link, userspace_part

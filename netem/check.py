@@ -50,7 +50,7 @@ from netem.apply import (
     run_endpoints,
     where_shaped,
 )
-from netem.classes import LinkShape
+from contract.links import LinkShape
 from netem.measure import MeasureError, best_throughput, node_rtt, transfer_bytes, udp_loss
 from netem.plan import ShapingBackend
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from netem.classes import default_classes
+from contract.links import default_classes
 
 __all__ = ["links", "netem"]
 
@@ -60,7 +60,7 @@ def probe(as_json: bool) -> None:
 @netem.command("classes")
 @click.option("--json", "as_json", is_flag=True, help="Print the default table as JSON.")
 def classes_cmd(as_json: bool) -> None:
-    """Show the default link classes (netem/classes.yaml)."""
+    """Show the default link classes (contract/classes.yaml)."""
     table_data = default_classes()
     if as_json:
         click.echo(json.dumps({name: cls.model_dump(exclude_none=True) for name, cls in table_data.items()}, indent=2))

@@ -20,7 +20,7 @@ Three shaping backends (chosen per host by :func:`netem.probe.probe`):
 ``userspace``
     No commands; the node's transport applies the whole shape.
 
-Directions. A :class:`~netem.classes.LinkShape` describes one direction and link
+Directions. A :class:`~contract.links.LinkShape` describes one direction and link
 classes use it for both. Every plan is for ONE endpoint and must be run at BOTH
 ends of a link. On ``kernel-netem`` each endpoint shapes what it sends, so each
 direction is shaped once. On ``kernel-partial`` each endpoint shapes the rate of
@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from netem.classes import LinkShape
+from contract.links import LinkShape
 from netem.errors import PlanError
 
 __all__ = [

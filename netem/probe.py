@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from netem.classes import LinkShape
+from contract.links import LinkShape
 from netem.plan import (
     ShapingBackend,
     loss_rule_argv,

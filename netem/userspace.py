@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from netem.classes import LinkShape
+from contract.links import LinkShape
 
 __all__ = ["LinkShaper", "ShaperStats", "Verdict", "shaper_factory"]
 

@@ -33,7 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from node.config import LINK_TYPE_NAMES, ConfigError, HostPort
+from contract.links import LINK_TYPE_NAMES
+from node.config import ConfigError, HostPort
 from node.core.ping import PingResult
 from node.metrics import serve_app
 from node.runtime import LOAD_HEADER_LEN, LOAD_MAGIC, LOAD_STRUCT, LoadFlow

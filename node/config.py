@@ -10,7 +10,7 @@ Peer URIs (``--peer``, ``POST /peers``)::
 
     tcp://HOST:PORT[?class=CLASS][&shape=1][&delay_ms=..][&jitter_ms=..][&loss_pct=..][&rate_mbit=..][&queue_limit_pkts=..]
 
-``class`` is a link class of ``netem/classes.yaml`` (remote, multicast, lan,
+``class`` is a link class of ``contract/classes.yaml`` (remote, multicast, lan,
 bonjour, bluetooth, pipe, custom; default remote). It sets the peer's link type
 (PROTOCOL.md §3.4), which next-hop refinement uses. Shaping in userspace is off
 unless asked for: any of the shape parameters shapes the link with exactly
@@ -30,13 +30,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import ValidationError
 
-from netem.classes import LinkShape, resolve_class
-from netem.errors import NetemError
+from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_class
 from node.core.crypto import Identity
 from node.core.types import LinkType
 
 __all__ = [
-    "LINK_TYPE_NAMES",
     "SHAPE_PARAMS",
     "ConfigError",
     "HostPort",
@@ -51,9 +49,6 @@ __all__ = [
     "parse_inbound",
     "parse_peer_uri",
 ]
-
-#: PROTOCOL.md §3.4 link type number -> name (the ``class`` of ``GET /state`` peers).
-LINK_TYPE_NAMES: dict[int, str] = {int(t): t.name.lower() for t in LinkType}
 
 #: Query parameters of a peer URI that shape the link (LinkShape fields).
 SHAPE_PARAMS: tuple[str, ...] = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "queue_limit_pkts")
@@ -136,7 +131,7 @@ class InboundRule:
 def _class_name(name: str, what: str, value: str) -> str:
     try:
         return resolve_class(name).name
-    except NetemError as exc:
+    except LinkClassError as exc:
         raise ConfigError(what, value, str(exc)) from None
 
 
@@ -148,7 +143,7 @@ def link_spec(params: dict[str, str], *, what: str, value: str, shape_all: bool 
     name = params.get("class", "remote").strip().lower()
     try:
         cls = resolve_class(name)
-    except NetemError as exc:
+    except LinkClassError as exc:
         raise ConfigError(what, value, str(exc)) from None
     flag = params.get("shape", "")
     if flag not in ("", "0", "1", "true", "false", "yes", "no"):

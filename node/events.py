@@ -1,7 +1,7 @@
 """The node's structured event log: one JSON object per line (schema v1, ``docs/events.md``).
 
-The schema is fixed by :mod:`pipeline.contract` (``EVENT_TYPES``); every line this
-module writes passes ``pipeline.contract.validate_event``. Common fields:
+The schema is fixed by :mod:`contract.dataset` (``EVENT_TYPES``); every line this
+module writes passes ``contract.dataset.validate_event``. Common fields:
 ``v``, ``event``, ``run_id``, ``node`` (hex key), ``node_name``, ``mono_s``
 (``time.monotonic()``, CLOCK_MONOTONIC, so lines from several processes on one
 host compare) and ``wall_ts`` (Unix seconds).
@@ -26,21 +26,12 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import IO, Any, Protocol
 
-from pipeline.contract import EVENT_TYPES, SCHEMA_VERSION
+from contract.dataset import EVENT_TYPES, SCHEMA_VERSION
+from contract.frames import FRAME_TYPE_NAMES, frame_type_name
 
-__all__ = ["FRAME_TYPE_NAMES", "EventLog", "FrameStats", "TokenBucket", "frame_type_name"]
-
-#: Wire type number -> the schema's frame type name.
-FRAME_TYPE_NAMES: tuple[str, ...] = ("keepalive", "tree_announcement", "bootstrap", "traffic", "wakeup_broadcast")
+__all__ = ["EventLog", "FrameStats", "TokenBucket"]
 
 _RATE_LIMITED = {"bootstrap_rejected": (20.0, 100.0)}  # events per second, burst
-
-
-def frame_type_name(t: int | None) -> str:
-    """The schema name of a frame type; "unknown" for types outside 0..4 (or None)."""
-    if t is not None and 0 <= t < len(FRAME_TYPE_NAMES):
-        return FRAME_TYPE_NAMES[t]
-    return "unknown"
 
 
 class TokenBucket:
@@ -94,7 +85,7 @@ class EventLog:
     def emit(self, kind: str, **fields: Any) -> None:
         """Write one event now (flushed). Rate-limited kinds may be counted instead of written."""
         if kind not in EVENT_TYPES:
-            raise ValueError(f"event kind {kind!r} is not in the schema (pipeline.contract.EVENT_TYPES)")
+            raise ValueError(f"event kind {kind!r} is not in the schema (contract.dataset.EVENT_TYPES)")
         if self._f is None or self.closed:
             return
         mono = time.monotonic()

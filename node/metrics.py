@@ -64,9 +64,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from contract.frames import FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE, frame_type_name
+from contract.links import default_classes
 from node.config import HostPort
 from node.core.errors import HANDSHAKE_REASONS
-from node.events import FRAME_TYPE_NAMES
 
 if TYPE_CHECKING:
     from node.runtime import Node
@@ -74,9 +75,9 @@ if TYPE_CHECKING:
 __all__ = ["PING_BUCKETS_S", "NodeCollector", "NodeMetrics", "serve"]
 
 PING_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-_LINK_CLASSES = ("pipe", "multicast", "lan", "bonjour", "remote", "bluetooth", "custom")
+_LINK_CLASSES = tuple(default_classes())
 _BOOTSTRAP_REJECT_REASONS = ("malformed", "bad_signature", "root_mismatch", "replay")
-_TYPE_LABELS = (*FRAME_TYPE_NAMES, "unknown")
+_TYPE_LABELS = (*FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE)
 
 
 class NodeCollector(Collector):
@@ -148,7 +149,7 @@ class NodeCollector(Collector):
         for key, v in rc.items():
             if key[0] == "frame_dropped":
                 t = key[1]
-                drops[(FRAME_TYPE_NAMES[t] if 0 <= t < len(FRAME_TYPE_NAMES) else "unknown", key[2])] += v
+                drops[(frame_type_name(t), key[2])] += v
         m = CounterMetricFamily("snek_frames_dropped", "Frames dropped, by type and reason.", labels=["type", "reason"])
         if not drops:
             m.add_metric(["traffic", "queue_full"], 0)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from contract.frames import FRAME_TYPE_NAMES
 from netem.userspace import LinkShaper
 from node.core import wire
 from node.core.crypto import Identity
@@ -56,7 +57,7 @@ __all__ = [
 log = logging.getLogger("snekbed.node.peer")
 
 KEEPALIVE_BYTES = wire.encode_frame(Frame(FrameType.KEEPALIVE))
-NTYPES = 6  # frame types 0..4, and slot 5 for unknown types
+NTYPES = len(FRAME_TYPE_NAMES) + 1  # one slot per frame type, and a last one for unknown types
 _UNKNOWN = 5
 RECV_BYTES = 65_536
 WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all

@@ -35,8 +35,9 @@ from typing import Any
 
 import trio
 
+from contract.frames import frame_type_name
+from contract.links import LINK_TYPE_NAMES
 from node.config import (
-    LINK_TYPE_NAMES,
     LinkSpec,
     NodeConfig,
     PeerSpec,
@@ -49,7 +50,7 @@ from node.core.ping import PingResult
 from node.core.router import Router
 from node.core.snek import EXPIRY_S
 from node.core.types import Frame, LinkType
-from node.events import EventLog, FrameStats, frame_type_name
+from node.events import EventLog, FrameStats
 from node.peer import (
     NTYPES,
     HandshakeFailed,

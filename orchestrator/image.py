@@ -64,7 +64,7 @@ KEEP_NODE_IMAGES = 3  # per repository, counting the new one; older ones are unt
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCK_DIR = Path(tempfile.gettempdir()) / "snekbed-locks"  # host-wide, so builds with any cache dir take turns
 DOCKERFILE = PROJECT_ROOT / "compose" / "Dockerfile"
-PROJECT_PACKAGES = ("node", "orchestrator", "netem", "pipeline")
+PROJECT_PACKAGES = ("contract", "node", "orchestrator", "netem", "pipeline")
 
 Progress = Callable[[str], None]
 

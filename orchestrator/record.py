@@ -2,7 +2,7 @@
 
 ``meta.json``, ``topology.json``, ``events/<node>.jsonl``, ``actions.jsonl`` and
 ``pings.jsonl``. The in-process backend writes it through :class:`RunRecorder`;
-every event line carries the common fields of ``pipeline.contract``.
+every event line carries the common fields of ``contract.dataset``.
 """
 
 from __future__ import annotations
@@ -17,20 +17,23 @@ from typing import IO, TYPE_CHECKING, Any
 
 import networkx as nx
 
+from contract.dataset import SCHEMA_VERSION
+from contract.frames import FRAME_TYPE_NAMES, frame_type_name
 from node.core import wire
-from node.core.types import FrameType
 
 if TYPE_CHECKING:
     from node.core.ping import PingResult
 
     from .backends.inproc import InprocNetwork, SimNode
-    from .sim import SimConfig
 
-__all__ = ["RunRecorder", "versions", "new_run_id", "FRAME_TYPE_NAMES", "STATS_INTERVAL_S"]
+__all__ = ["RunRecorder", "versions", "new_run_id", "STATS_INTERVAL_S"]
 
-SCHEMA_VERSION = 1
 STATS_INTERVAL_S = 10.0
-FRAME_TYPE_NAMES = {int(t): t.name.lower() for t in FrameType}
+
+
+def _drop_type_name(t: Any) -> str:
+    """A dropped frame's type name; a number outside the table is written as the number."""
+    return FRAME_TYPE_NAMES[t] if isinstance(t, int) and 0 <= t < len(FRAME_TYPE_NAMES) else str(t)
 
 
 def new_run_id() -> str:
@@ -63,30 +66,6 @@ class RunRecorder:
         self._stats: dict[str, dict[tuple[str, str, str], list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
         self._stats_since = 0.0
         self._net: InprocNetwork | None = None
-
-    @classmethod
-    def for_inproc(cls, cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
-        run_id = cfg.run_id or new_run_id()
-        wall_offset_s = next(iter(net.nodes.values())).router.wall_offset_ms / 1000.0 if net.nodes else 0.0
-        topo = cfg.topology_doc or {
-            "name": cfg.name,
-            "nodes": [{"name": n} for n in cfg.nodes],
-            "links": [{"a": a, "b": b, "class": c} for a, b, c in cfg.links],
-        }
-        meta = {
-            "run_id": run_id,
-            "backend": "inproc",
-            "variant": "snek",
-            "topology": cfg.name,
-            "seed": cfg.seed,
-            "clock": cfg.clock,
-            "link_delay_ms": cfg.link_delay_ms,
-            "nodes": {name: sn.key.hex() for name, sn in net.nodes.items()},
-            "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in cfg.links],
-            "versions": versions(),
-            "started_wall_ts": wall_offset_s,
-        }
-        return cls(Path(cfg.record), run_id, wall_offset_s, meta, topo)
 
     # ------------------------------------------------------------------ lines
 
@@ -127,7 +106,7 @@ class RunRecorder:
         self.event(node.name, node.key, kind, now, **fields)
 
     def on_frame(self, node: SimNode, direction: str, frame: Any, link_class: str, now: float) -> None:
-        cell = self._stats[node.name][(direction, FRAME_TYPE_NAMES.get(frame.type, "unknown"), link_class)]
+        cell = self._stats[node.name][(direction, frame_type_name(frame.type), link_class)]
         cell[0] += 1
         cell[1] += len(wire.encode_frame(frame))
 
@@ -208,7 +187,7 @@ class RunRecorder:
             drops: dict[tuple[str, str], int] = defaultdict(int)
             for key, n in sn.router.counters.items():
                 if key[0] == "frame_dropped":
-                    drops[(FRAME_TYPE_NAMES.get(key[1], str(key[1])), key[2])] += n
+                    drops[(_drop_type_name(key[1]), key[2])] += n
             for (ftype, reason), n in sorted(drops.items()):
                 self.event(name, sn.key, "frame_dropped", net.now, frame_type=ftype, reason=reason, count=n)
             if sn.alive:

@@ -29,7 +29,7 @@ from typing import Any
 
 import networkx as nx
 
-from .record import SCHEMA_VERSION, versions
+from .record import versions
 
 __all__ = [
     "RunError",
@@ -45,7 +45,6 @@ __all__ = [
     "list_runs",
     "write_json_atomic",
     "versions",
-    "SCHEMA_VERSION",
 ]
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
@@ -143,7 +142,7 @@ class RunDir:
 
     def action(self, action: str, target: str | None = None, detail: Mapping[str, Any] | None = None, *,
                mono_s: float | None = None, wall_ts: float | None = None) -> dict[str, Any]:
-        """Append one actions.jsonl line (pipeline.contract ACTION_FIELDS); return it."""
+        """Append one actions.jsonl line (contract.dataset ACTION_FIELDS); return it."""
         mono = time.monotonic() if mono_s is None else mono_s
         wall = time.time() - (time.monotonic() - mono) if wall_ts is None else wall_ts
         obj = {"run_id": self.run_id, "mono_s": round(mono, 6), "wall_ts": round(wall, 6), "action": action,
@@ -154,7 +153,7 @@ class RunDir:
     def ping(self, *, sender: str, sender_key: str, target: str, target_key: str, mode: str, sent_mono_s: float,
              received: bool, rtt_ms: float | None, hops: int | None, graph: nx.Graph | None = None,
              link_class: Mapping[frozenset[str], str] | None = None) -> dict[str, Any]:
-        """Append one pings.jsonl line (pipeline.contract PING_FIELDS); return it.
+        """Append one pings.jsonl line (contract.dataset PING_FIELDS); return it.
 
         ``graph`` (the live topology) gives ``shortest_links`` and the classes along one
         shortest path (``link_class`` maps {a, b} to a class name).

@@ -21,7 +21,7 @@ import trio.testing
 
 from .backends.inproc import InprocNetwork, SimNode
 from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, stretch_summary
-from .record import RunRecorder
+from .record import RunRecorder, new_run_id, versions
 
 __all__ = ["SimConfig", "run_sim", "run_sim_sync"]
 
@@ -49,6 +49,31 @@ class SimConfig:
     link_options: list[dict[str, Any]] | None = None  # per link: connect() keyword options (link_type, shaper, sized)
 
 
+def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
+    """The recorder of an in-process run: its meta.json and topology.json from ``cfg``."""
+    run_id = cfg.run_id or new_run_id()
+    wall_offset_s = next(iter(net.nodes.values())).router.wall_offset_ms / 1000.0 if net.nodes else 0.0
+    topo = cfg.topology_doc or {
+        "name": cfg.name,
+        "nodes": [{"name": n} for n in cfg.nodes],
+        "links": [{"a": a, "b": b, "class": c} for a, b, c in cfg.links],
+    }
+    meta = {
+        "run_id": run_id,
+        "backend": "inproc",
+        "variant": "snek",
+        "topology": cfg.name,
+        "seed": cfg.seed,
+        "clock": cfg.clock,
+        "link_delay_ms": cfg.link_delay_ms,
+        "nodes": {name: sn.key.hex() for name, sn in net.nodes.items()},
+        "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in cfg.links],
+        "versions": versions(),
+        "started_wall_ts": wall_offset_s,
+    }
+    return RunRecorder(Path(cfg.record), run_id, wall_offset_s, meta, topo)
+
+
 class _Sim:
     def __init__(self, cfg: SimConfig, progress: Callable[[str, float], None] | None) -> None:
         self.cfg = cfg
@@ -69,7 +94,7 @@ class _Sim:
         )
         self.tracker = ConvergenceTracker()
         self.rng = random.Random(f"pairs-{cfg.seed}")
-        self.recorder = RunRecorder.for_inproc(cfg, self.net) if recording else None
+        self.recorder = _recorder(cfg, self.net) if recording else None
         self.net.on_event = self._on_event
         if self.recorder is not None:
             self.net.on_frame = self.recorder.on_frame

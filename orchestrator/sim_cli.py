@@ -8,6 +8,9 @@ from pathlib import Path
 
 import click
 
+from contract.links import LinkShape, link_type_number
+from netem.userspace import shaper_factory
+
 from .sim import SimConfig, run_sim_sync
 from .topology import Topology, TopologyError
 from .topology_loaders import load_topology
@@ -19,9 +22,6 @@ def link_options(topo: Topology, index: int) -> dict:
     """How the in-process backend realises ``topo.links[index]``: its class's link type, and the
     class's shape (delay, jitter, loss, rate, queue) through netem's userspace shaper, the same
     code a node's transport uses. Links whose class has no shape keep the default random delay."""
-    from netem.classes import LinkShape, link_type_number
-    from netem.userspace import shaper_factory
-
     cls = topo.link_class_of(index)
     opts: dict = {"link_type": link_type_number(cls)}
     if cls.shape != LinkShape():

@@ -3,10 +3,10 @@
 A :class:`Topology` is plain validated data (pydantic v2, ``extra="forbid"``,
 frozen). Its ``.graph()`` gives a networkx ``MultiGraph`` for every graph
 question (paths, components, the test oracle). Files are read by
-:func:`load_topology` (YAML, pinecone edge lists, NetJSON / meshnet-lab JSON, in
-``orchestrator.topology_loaders``); generators live in ``orchestrator.generators``.
+``orchestrator.topology_loaders.load_topology`` (YAML, pinecone edge lists,
+NetJSON / meshnet-lab JSON); generators live in ``orchestrator.generators``.
 
-Link classes come from ``netem.classes``: a link names a class (``lan``,
+Link classes come from ``contract.links``: a link names a class (``lan``,
 ``bluetooth``, ...) and may carry ``shaping`` overrides of the class's
 ``LinkShape`` fields; a topology may add or override classes in ``classes``.
 
@@ -20,15 +20,13 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contract.links import LinkClass, LinkShape, default_classes, resolve_class
 from node.core.crypto import derive_seed
-
-if TYPE_CHECKING:
-    from netem.classes import LinkClass
 
 __all__ = [
     "TopologyError",
@@ -37,7 +35,6 @@ __all__ = [
     "Topology",
     "Loc",
     "format_loc",
-    "load_topology",
     "CUSTOM_CLASS",
 ]
 
@@ -111,13 +108,6 @@ class _Problems(ValueError):
     def __init__(self, problems: list[tuple[Loc, str]]) -> None:
         super().__init__(problems[0][1])
         self.problems = problems
-
-
-def _classes_api() -> Any:
-    """The netem.classes module (imported lazily: it is another package's data)."""
-    import netem.classes as classes
-
-    return classes
 
 
 class NodeSpec(BaseModel):
@@ -313,8 +303,7 @@ class Topology(BaseModel):
         Raises IndexError for a bad index; the class itself was validated at load.
         """
         link = self.links[index]
-        api = _classes_api()
-        cls = api.resolve_class(link.link_class, self.classes or None)
+        cls = resolve_class(link.link_class, self.classes or None)
         if not link.shaping:
             return cls
         shape = type(cls.shape).model_validate({**cls.shape.model_dump(), **link.shaping})
@@ -399,11 +388,10 @@ def _cross_problems(topo: Topology) -> list[tuple[Loc, str]]:
         else:
             first_at[n.name] = i
 
-    api = _classes_api()
-    known_classes = set(api.default_classes()) | set(topo.classes)
+    known_classes = set(default_classes()) | set(topo.classes)
     for name in topo.classes:
-        problems += _class_problems(api, name, topo.classes)
-    shape_fields = _shape_fields(api)
+        problems += _class_problems(name, topo.classes)
+    shape_fields = _shape_fields()
 
     for i, link in enumerate(topo.links):
         for end in ("a", "b"):
@@ -422,18 +410,18 @@ def _cross_problems(topo: Topology) -> list[tuple[Loc, str]]:
                 (("links", i, "shaping"), "class 'custom' needs 'shaping' (e.g. {delay_ms: 20, loss_pct: 1})")
             )
         if link.shaping:
-            problems += _shaping_problems(api, topo, i, shape_fields)
+            problems += _shaping_problems(topo, i, shape_fields)
     return problems
 
 
-def _shape_fields(api: Any) -> set[str]:
-    return set(api.LinkShape.model_fields)
+def _shape_fields() -> set[str]:
+    return set(LinkShape.model_fields)
 
 
-def _class_problems(api: Any, name: str, overrides: Mapping[str, Any]) -> list[tuple[Loc, str]]:
+def _class_problems(name: str, overrides: Mapping[str, Any]) -> list[tuple[Loc, str]]:
     """Validate one entry of ``classes`` through netem's own resolver."""
     try:
-        api.resolve_class(name, overrides)
+        resolve_class(name, overrides)
     except (ValueError, TypeError, KeyError) as exc:
         cause = exc if isinstance(exc, ValidationError) else exc.__cause__
         if isinstance(cause, ValidationError):
@@ -442,7 +430,7 @@ def _class_problems(api: Any, name: str, overrides: Mapping[str, Any]) -> list[t
     return []
 
 
-def _shaping_problems(api: Any, topo: Topology, i: int, shape_fields: set[str]) -> list[tuple[Loc, str]]:
+def _shaping_problems(topo: Topology, i: int, shape_fields: set[str]) -> list[tuple[Loc, str]]:
     link = topo.links[i]
     assert link.shaping is not None
     unknown = sorted(set(link.shaping) - shape_fields)
@@ -452,11 +440,11 @@ def _shaping_problems(api: Any, topo: Topology, i: int, shape_fields: set[str]) 
             for k in unknown
         ]
     try:
-        base = api.resolve_class(link.link_class, topo.classes or None)
+        base = resolve_class(link.link_class, topo.classes or None)
     except (ValueError, KeyError):
         return []  # the class itself is broken: reported under classes.<name>
     try:
-        api.LinkShape.model_validate({**base.shape.model_dump(), **link.shaping})
+        LinkShape.model_validate({**base.shape.model_dump(), **link.shaping})
     except ValidationError as exc:
         return [(("links", i, "shaping", *err["loc"]), _pydantic_message(err)) for err in exc.errors()]
     return []
@@ -502,12 +490,3 @@ def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
             return line
     return None
 
-
-def load_topology(path: str | Path, *, default_class: str = "pipe") -> Topology:
-    """Read a topology file (.yaml/.yml, .json, .txt edge list); see orchestrator.topology_loaders.
-
-    Raises TopologyError naming the file, line and field.
-    """
-    from orchestrator.topology_loaders import load_topology as _load
-
-    return _load(path, default_class=default_class)

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline import schemas
-from pipeline.contract import RunMeta, TopologyFile, class_mix
+from contract.dataset import RunMeta, TopologyFile, class_mix
 from pipeline.errors import PipelineError, RunDatasetError, SparkSetupError
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Explicit Spark schemas for every table the pipeline reads or writes.
 
-Input tables are derived from ``pipeline.contract`` (so the Spark side and
+Input tables are derived from ``contract.dataset`` (so the Spark side and
 the plain-Python side cannot drift); result tables are written out here in
 full. Kinds map to Spark types as: int -> LongType, float -> DoubleType,
 bool -> BooleanType, str/hex/json -> StringType, [int] -> ArrayType(LongType),
@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pipeline.contract import ACTION_FIELDS, COMMON_FIELDS, EVENT_FIELDS, PING_FIELDS, Field
+from contract.dataset import ACTION_FIELDS, COMMON_FIELDS, EVENT_FIELDS, PING_FIELDS, Field
 
 __all__ = [
     "spark_type",

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netem.classes import LinkShape, default_classes
+from contract.links import LinkShape, default_classes, resolve_class
 from netem.apply import ShapingError
 from netem.apply import find_dev as _netem_find_dev
 from netem.apply import nsenter_run as _nsenter
@@ -157,8 +157,6 @@ def peer_params(link_class: str, userspace: LinkShape) -> str:
     ``class`` is the link's class when the node knows it (a default class), else its
     link type name. Raises DockerBackendError for shape fields a URI cannot carry.
     """
-    from netem.classes import resolve_class
-
     known = default_classes()
     name = link_class if link_class in known else resolve_class(link_class).link_type
     bad = [f for f in _NOT_IN_URI if getattr(userspace, f)]

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import schemas
-from pipeline.contract import DISRUPTIVE_ACTIONS
+from contract.dataset import DISRUPTIVE_ACTIONS
 from pipeline.errors import JobInputError
 
 __all__ = ["EPISODE_ACTIONS", "Action", "plan_episodes", "run_bounds", "episodes"]

@@ -1,7 +1,7 @@
 """Ingest: JSON lines -> typed rows, or quarantined rows with a reason.
 
 Every line gets exactly one verdict, with the rules of
-``pipeline.contract.validate_event`` / ``validate_record`` (the pure-Python
+``contract.dataset.validate_event`` / ``validate_record`` (the pure-Python
 oracle the tests compare against). There are no Python UDFs; two paths run
 in the JVM:
 
@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from pipeline import schemas
-from pipeline.contract import ACTION_FIELDS, COMMON_FIELDS, EVENT_FIELDS, PING_FIELDS, Field
+from contract.dataset import ACTION_FIELDS, COMMON_FIELDS, EVENT_FIELDS, PING_FIELDS, Field
 from pipeline.errors import JobInputError
 from pipeline.jobs import rules
 

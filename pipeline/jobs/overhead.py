@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.contract import CONTROL_FRAME_TYPES
+from contract.frames import CONTROL_FRAME_TYPE_NAMES
 from pipeline.errors import JobInputError
 
 __all__ = ["node_coverage", "overhead_by_node", "overhead_by_class", "control_per_run"]
@@ -66,7 +66,7 @@ def overhead_by_class(by_node: DataFrame) -> DataFrame:
 def control_per_run(by_node: DataFrame) -> DataFrame:
     """overhead_by_node -> (run_id, control_frames_per_node_s, control_bytes_per_node_s): control
     frames sent, per node-second of covered time."""
-    sent = by_node.where((F.col("direction") == "sent") & F.col("frame_type").isin(*CONTROL_FRAME_TYPES))
+    sent = by_node.where((F.col("direction") == "sent") & F.col("frame_type").isin(*CONTROL_FRAME_TYPE_NAMES))
     node_s = by_node.select("run_id", "node", "covered_s").dropDuplicates(["run_id", "node"]) \
         .groupBy("run_id").agg(F.sum("covered_s").alias("node_s"))
     totals = sent.groupBy("run_id").agg(F.sum("frames").alias("frames"), F.sum("bytes").alias("bytes"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.contract import COMMON_FIELDS, EVENT_FIELDS, EVENT_TYPES, SCHEMA_VERSION, Field, Reason
+from contract.dataset import COMMON_FIELDS, EVENT_FIELDS, EVENT_TYPES, SCHEMA_VERSION, Field, Reason
 
 __all__ = [
     "Check", "lit", "fast_field_ok", "fast_prelude", "event_fast_ok", "records_fast_ok", "tag", "vvalue",

@@ -30,7 +30,7 @@ from netem.apply import (
     save_record,
     where_shaped,
 )
-from netem.classes import LinkShape, default_classes
+from contract.links import LinkShape, default_classes
 from node.config import parse_inbound, parse_peer_uri
 
 CLASSES = default_classes()

@@ -38,7 +38,7 @@ from netem.apply import (
     show_run,
 )
 from netem.check import CheckOptions, check_endpoints
-from netem.classes import default_classes
+from contract.links import default_classes
 from netem.plan import ShapingBackend
 from tests.conftest import docker_available, need
 

@@ -33,7 +33,7 @@ from netem.check import (
     judge_rtt,
     host_load,
 )
-from netem.classes import LinkShape, default_classes
+from contract.links import LinkShape, default_classes
 from netem.measure import MeasureError, best_throughput, exec_python, node_rtt, tcp_throughput, udp_loss
 from tests.netem.conftest import require_kernel_tools
 

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from netem.classes import default_classes
+from contract.links import default_classes
 from orchestrator.cli import main
 
 PROBE_KEYS = {"netem", "tbf", "htb", "ifb", "iptables_statistic", "backend"}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from netem.classes import LinkShape, default_classes
+from contract.links import LinkShape, default_classes
 from netem.plan import iptables_check_argv, plan_clear, plan_ingress_ifb, plan_kernel_netem, plan_kernel_partial
 
 CLASSES = default_classes()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netem.classes import LinkShape, default_classes
+from contract.links import LinkShape, default_classes
 from netem.errors import PlanError
 from netem.plan import (
     LinkPlan,

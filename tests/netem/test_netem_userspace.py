@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netem.classes import LinkShape, default_classes
+from contract.links import LinkShape, default_classes
 from netem.userspace import LinkShaper, Verdict, shaper_factory
 
 FRAME = 1500

@@ -15,7 +15,7 @@ import pytest
 from nodeproc import Cluster, NodeProc, wait_until
 
 from node.core.router import Timers
-from pipeline.contract import validate_event
+from contract.dataset import validate_event
 
 pytestmark = pytest.mark.slow
 

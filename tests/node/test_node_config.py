@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from netem.classes import LinkShape
+from contract.links import LinkShape
 from node.cli import node as node_command
 from node.config import (
     ConfigError,
@@ -24,7 +24,7 @@ from node.config import (
 )
 from node.core.crypto import Identity
 from node.events import EventLog
-from pipeline.contract import validate_event
+from contract.dataset import validate_event
 
 
 def test_hostport() -> None:

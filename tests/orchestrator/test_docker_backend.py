@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.docker_observe import POLL_S
-from pipeline.contract import ACTION_FIELDS, PING_FIELDS, RunMeta, TopologyFile, validate_event, validate_record
+from contract.dataset import ACTION_FIELDS, PING_FIELDS, RunMeta, TopologyFile, validate_event, validate_record
 from tests.conftest import docker_available, java_available, need
 from tests.orchestrator.docker_helpers import build_test_image
 from tests.orchestrator.docker_helpers import labelled as labelled_by

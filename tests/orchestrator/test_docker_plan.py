@@ -11,7 +11,7 @@ import networkx as nx
 import pytest
 from click.testing import CliRunner
 
-from netem.classes import LinkShape
+from contract.links import LinkShape
 from node.core.crypto import Identity, derive_seed
 from orchestrator import run_cli
 from orchestrator.backends.docker import NODE_EVENTS_DIR, peer_params, plan_launches
@@ -26,7 +26,7 @@ from orchestrator.generators import line, ring
 from orchestrator.runs import RunError, RunNotFound, create_run, latest_run_id, open_run
 from orchestrator.topology import Topology
 from orchestrator.topology_loaders import load_topology
-from pipeline.contract import ACTION_FIELDS, PING_FIELDS, validate_record
+from contract.dataset import ACTION_FIELDS, PING_FIELDS, validate_record
 
 REPO = Path(__file__).resolve().parents[2]
 MESH = REPO / "compose" / "topologies" / "mesh-12.yaml"

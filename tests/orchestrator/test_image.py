@@ -49,12 +49,12 @@ def test_inputs_hash_changes_with_every_input(field: str, value: object) -> None
 
 def _fake_project(root: Path) -> Path:
     (root / "node" / "core").mkdir(parents=True)
-    (root / "netem").mkdir()
+    (root / "contract").mkdir()
     (root / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["trio>=0.25"]\n'
                                          '[project.optional-dependencies]\ndocker = ["docker"]\n')
     (root / "node" / "__init__.py").write_text("")
     (root / "node" / "core" / "wire.py").write_text("X = 1\n")
-    (root / "netem" / "classes.yaml").write_text("lan: {}\n")
+    (root / "contract" / "classes.yaml").write_text("lan: {}\n")
     return root
 
 
@@ -62,7 +62,7 @@ def test_source_hash_follows_content_and_skips_caches(tmp_path: Path) -> None:
     root = _fake_project(tmp_path)
     before = img.hash_project_sources(root)
     assert [str(p) for p in img.project_source_files(root)] == [
-        "netem/classes.yaml", "node/__init__.py", "node/core/wire.py", "pyproject.toml"]
+        "contract/classes.yaml", "node/__init__.py", "node/core/wire.py", "pyproject.toml"]
 
     (root / "node" / "__pycache__").mkdir()
     (root / "node" / "__pycache__" / "wire.cpython-311.pyc").write_bytes(b"\0junk")

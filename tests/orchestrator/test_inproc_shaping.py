@@ -10,7 +10,7 @@ import statistics
 
 import trio
 
-from netem.classes import resolve_class
+from contract.links import resolve_class
 from node.core import wire
 from node.core.types import INITIAL_WATERMARK, Frame, FrameType
 from orchestrator.backends.inproc import InprocNetwork

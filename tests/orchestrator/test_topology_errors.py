@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from orchestrator import topology_loaders
-from orchestrator.topology import Topology, TopologyError, load_topology
+from orchestrator.topology import Topology, TopologyError
+from orchestrator.topology_loaders import load_topology
 
 GOOD_HEAD = """\
 name: t

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import generators as gen
-from orchestrator.topology import Topology, TopologyError, load_topology
+from orchestrator.topology import Topology, TopologyError
+from orchestrator.topology_loaders import load_topology
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "compose" / "topologies"
 

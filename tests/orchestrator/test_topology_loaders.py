@@ -11,7 +11,8 @@ import networkx as nx
 import pytest
 
 from orchestrator.generators import grid, mesh_mixed
-from orchestrator.topology import Topology, TopologyError, load_topology
+from orchestrator.topology import Topology, TopologyError
+from orchestrator.topology_loaders import load_topology
 from orchestrator.topology_loaders import parse_edge_list, parse_json, parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]

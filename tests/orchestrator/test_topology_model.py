@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 from pydantic import ValidationError
 
-from netem.classes import default_classes
+from contract.links import default_classes
 from node.core.crypto import Identity, derive_seed
 from orchestrator.topology import LinkSpec, NodeSpec, Topology, format_loc
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from pipeline import contract
-from pipeline.contract import Reason, validate_event, validate_record
+from contract import dataset as contract
+from contract.dataset import Reason, validate_event, validate_record
 
 KEY = "ab" * 32
 OTHER = "cd" * 32

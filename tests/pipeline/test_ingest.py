@@ -8,8 +8,9 @@ import random
 import pytest
 from pyspark.sql import functions as F
 
-from pipeline import contract, io, schemas
-from pipeline.contract import Reason
+from contract import dataset as contract
+from pipeline import io, schemas
+from contract.dataset import Reason
 from pipeline.jobs import ingest
 from tests.pipeline.conftest import assert_frames_equal, gen_events
 from tests.pipeline.test_contract import KEY, OTHER, VALID, event

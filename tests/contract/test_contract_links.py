@@ -5,17 +5,19 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from netem.classes import (
+from contract.links import (
     DEFAULT_QUEUE_PKTS,
+    InvalidLinkClass,
     LinkClass,
+    LinkClassError,
     LinkShape,
+    UnknownLinkClass,
     default_classes,
     link_type_number,
     load_classes,
     merge_classes,
     resolve_class,
 )
-from netem.errors import InvalidLinkClass, NetemError, UnknownLinkClass
 
 
 def test_default_table_has_the_issue_classes_with_their_numbers():
@@ -93,7 +95,7 @@ def test_effective_queue_defaults_to_txqueuelen_only_with_a_rate():
 def test_unknown_class_is_a_key_error_listing_known_names():
     with pytest.raises(UnknownLinkClass) as info:
         resolve_class("wifi", {"mesh": {"link_type": "remote", "source": "x"}})
-    assert isinstance(info.value, KeyError) and isinstance(info.value, NetemError)
+    assert isinstance(info.value, KeyError) and isinstance(info.value, LinkClassError)
     assert str(info.value) == "unknown link class 'wifi' (known: bluetooth, bonjour, custom, lan, mesh, multicast, pipe, remote)"
 
 

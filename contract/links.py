@@ -7,30 +7,36 @@ peer: see :mod:`netem.plan`). A :class:`LinkClass` names a shape, the peer link
 type the node uses in next-hop refinement (PROTOCOL.md section 3.4) and a one-line
 rationale for the numbers.
 
-The default table ships as ``netem/classes.yaml`` (package data). Topologies can
+The default table ships as ``contract/classes.yaml`` (package data). Topologies can
 override fields of a default class or add classes of their own through
 :func:`resolve_class` / :func:`merge_classes`.
+
+The link type names and numbers (``LINK_TYPE_NUMBERS``, ``LINK_TYPE_NAMES``) are
+defined here once; ``node.core.types.LinkType`` is the core's ``IntEnum`` of the same
+numbers, and a test checks that the two agree.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.resources
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from netem.errors import InvalidLinkClass, UnknownLinkClass
-
 __all__ = [
     "DEFAULT_QUEUE_PKTS",
+    "LINK_TYPE_NAMES",
     "LINK_TYPE_NUMBERS",
+    "InvalidLinkClass",
     "LinkClass",
+    "LinkClassError",
     "LinkShape",
     "LinkType",
     "ShapeRationale",
+    "UnknownLinkClass",
     "default_classes",
     "link_type_number",
     "load_classes",
@@ -43,12 +49,39 @@ LinkType = Literal["pipe", "multicast", "bonjour", "remote", "bluetooth"]
 #: PROTOCOL.md section 3.4: a lower number is preferred ("faster").
 LINK_TYPE_NUMBERS: dict[str, int] = {"pipe": 0, "multicast": 1, "bonjour": 2, "remote": 3, "bluetooth": 4}
 
+#: Link type number -> name (the ``class`` the node's ``GET /state`` shows for a peer).
+LINK_TYPE_NAMES: dict[int, str] = {number: name for name, number in LINK_TYPE_NUMBERS.items()}
+
 #: Queue bound (packets) used when a shape has a rate but no ``queue_limit_pkts``:
 #: Linux's default ``txqueuelen``, so the kernel and userspace backends agree.
 DEFAULT_QUEUE_PKTS = 1000
 
 _MAX_DELAY_MS = 60_000.0  # a minute one way is a broken link, not a slow one
 _MAX_RATE_MBIT = 100_000.0  # 100 Gbit/s
+
+
+class LinkClassError(Exception):
+    """Base: a link class is unknown or does not validate."""
+
+
+class UnknownLinkClass(LinkClassError, KeyError):
+    """A topology asked for a link class that neither the defaults nor its overrides define."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = tuple(sorted(known))
+        super().__init__(name)
+
+    def __str__(self) -> str:  # KeyError would print repr(name) only
+        return f"unknown link class {self.name!r} (known: {', '.join(self.known)})"
+
+
+class InvalidLinkClass(LinkClassError, ValueError):
+    """A link class (default table or a topology override) failed validation."""
+
+    def __init__(self, name: str, where: str, reason: str) -> None:
+        self.name, self.where, self.reason = name, where, reason
+        super().__init__(f"invalid link class {name!r} in {where}: {reason}")
 
 
 class LinkShape(BaseModel):
@@ -172,12 +205,12 @@ def load_classes(text: str, *, where: str = "<string>") -> dict[str, LinkClass]:
 
 @functools.cache
 def _default_table() -> tuple[tuple[str, LinkClass], ...]:
-    text = importlib.resources.files("netem").joinpath("classes.yaml").read_text(encoding="utf-8")
-    return tuple(load_classes(text, where="netem/classes.yaml").items())
+    text = importlib.resources.files("contract").joinpath("classes.yaml").read_text(encoding="utf-8")
+    return tuple(load_classes(text, where="contract/classes.yaml").items())
 
 
 def default_classes() -> dict[str, LinkClass]:
-    """The default table from ``netem/classes.yaml`` (a fresh dict; the classes are frozen)."""
+    """The default table from ``contract/classes.yaml`` (a fresh dict; the classes are frozen)."""
     return dict(_default_table())
 
 

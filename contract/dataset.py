@@ -5,6 +5,7 @@ A run directory holds ``meta.json``, ``topology.json``, ``events/*.jsonl``,
 truth for what each JSON line may contain: the recorder (``snekbed sim
 --record``), the node's event logger and the Spark schemas in
 ``pipeline.schemas`` are all derived from, or checked against, these tables.
+Frame type names (the ``frame_type`` field) come from :mod:`contract.frames`.
 Human-readable version: ``docs/run-dataset.md`` and ``docs/events.md``.
 
 Field kinds (``Field.kind``):
@@ -36,6 +37,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic import Field as PField
 
+from contract.frames import FRAME_TYPE_NAMES
+
 __all__ = [
     "SCHEMA_VERSION",
     "Field",
@@ -43,8 +46,6 @@ __all__ = [
     "COMMON_FIELDS",
     "EVENT_TYPES",
     "EVENT_FIELDS",
-    "FRAME_TYPES",
-    "CONTROL_FRAME_TYPES",
     "PING_MODES",
     "DIRECTIONS",
     "ACTION_FIELDS",
@@ -85,8 +86,6 @@ class Field:
             raise ValueError(f"field {self.name!r}: unknown kind {self.kind!r}")
 
 
-FRAME_TYPES = ("keepalive", "tree_announcement", "bootstrap", "traffic", "wakeup_broadcast")
-CONTROL_FRAME_TYPES = ("keepalive", "tree_announcement", "bootstrap", "wakeup_broadcast")
 PING_MODES = ("snek", "tree")
 DIRECTIONS = ("sent", "received")
 
@@ -122,7 +121,7 @@ EVENT_TYPES: dict[str, tuple[Field, ...]] = {
     "frame_stats": (
         Field("interval_s", "float"),
         Field("direction", "str", choices=DIRECTIONS),
-        Field("frame_type", "str", choices=FRAME_TYPES),
+        Field("frame_type", "str", choices=FRAME_TYPE_NAMES),
         Field("link_class", "str"),
         Field("frames", "int"),
         Field("bytes", "int"),
