@@ -16,7 +16,7 @@ COMMANDS: dict[str, str] = {
     "sim": "orchestrator.sim_cli:sim",
     "node": "node.cli:node",
     "netem": "netem.cli:netem",
-    "links": "netem.cli:links",
+    "links": "orchestrator.links_cli:links",
     "image": "orchestrator.image:image",
     "up": "orchestrator.run_cli:up",
     "status": "orchestrator.run_cli:status",

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.links import LinkShape, default_classes, resolve_class
-from netem.apply import ShapingError
-from netem.apply import find_dev as _netem_find_dev
-from netem.apply import nsenter_run as _nsenter
 from netem.plan import ShapingBackend, iptables_check_argv, plan_link, userspace_part
 from node.core.crypto import Identity, derive_seed
 from orchestrator.image import NODE_ADMIN_PORT, NODE_METRICS_PORT, NODE_PEER_PORT, node_container_options
+from orchestrator.shaping import ShapingError
+from orchestrator.shaping import find_dev as _netem_find_dev
+from orchestrator.shaping import nsenter_run as _nsenter
 from orchestrator.topology import Topology
 
 from .docker_net import (

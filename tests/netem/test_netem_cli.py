@@ -1,4 +1,4 @@
-"""`snekbed netem ...` and `snekbed links ...` through click's CliRunner and the real lazy CLI."""
+"""`snekbed netem ...` through click's CliRunner and the real lazy CLI."""
 
 from __future__ import annotations
 
@@ -35,10 +35,3 @@ def test_netem_classes_json_round_trips_the_table():
     data = json.loads(result.stdout)
     assert set(data) == set(default_classes())
     assert data["bluetooth"]["shape"]["rate_mbit"] == 1.5 and data["bluetooth"]["link_type"] == "bluetooth"
-
-
-def test_links_commands_exist_and_ask_for_a_topology(tmp_path):
-    for sub in ("apply", "show", "clear", "check"):
-        result = CliRunner().invoke(main, ["links", sub], env={"SNEKBED_RUNS_DIR": str(tmp_path)})  # no runs there
-        assert result.exit_code == 1
-        assert "needs a running topology: see `snekbed up`" in result.output

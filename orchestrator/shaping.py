@@ -12,14 +12,14 @@ host's tc/iptables/ethtool do the work in the container's network namespace.
   plan (an old device name after a reconnect, another loss rate) are deleted first.
 * What was applied is returned as a :class:`ShapingRecord` (backend per link end,
   the dev, the commands, which part of the shape ran where, the probe's findings);
-  for a run it is kept in ``runs/<id>/shaping.json`` so ``snekbed links show`` can
-  print it next to the live state.
+  for a run it is kept in ``runs/<id>/shaping.json`` (:mod:`orchestrator.shaping_runs`)
+  so ``snekbed links show`` can print it next to the live state.
 * The node's part (delay/jitter on ``kernel-partial``) cannot be changed from here:
   it is in the node's ``--peer``/``--inbound`` URIs (:func:`node_peer_query`).
 
-Runs are read through the Docker backend's ``link_endpoints(run_id)`` (imported
-lazily; :func:`run_endpoints`). The functions taking ``Endpoint`` lists work on any
-containers, e.g. a test rig.
+Everything here takes :class:`Endpoint` lists and works on any containers, e.g. a
+test rig; a run's link ends (from the Docker backend) and its record file are
+:mod:`orchestrator.shaping_runs`.
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from contract.links import LinkShape, resolve_class
+from contract.links import LinkShape
 from netem.errors import NetemError
 from netem.probe import run_command
 from netem.plan import IPTABLES_COMMENT, RateQdisc, ShapingBackend, iptables_check_argv, plan_link, userspace_part
 
 __all__ = [
+    "BACKENDS",
     "AppliedEndpoint",
     "Endpoint",
     "EndpointState",
@@ -49,19 +50,13 @@ __all__ = [
     "ShapingRecord",
     "apply_endpoint",
     "apply_endpoints",
-    "apply_run",
     "clear_endpoint",
-    "clear_run",
     "endpoint_state",
     "find_dev",
     "load_record",
     "node_peer_query",
     "nsenter_run",
-    "reapply",
-    "record_path",
-    "run_endpoints",
     "save_record",
-    "show_run",
     "where_shaped",
 ]
 
@@ -69,8 +64,7 @@ __all__ = [
 NsRun = Callable[[int, list[str]], "subprocess.CompletedProcess[str]"]
 
 NSENTER_TIMEOUT_S = 15.0
-RECORD_FILE = "shaping.json"
-_BACKENDS: tuple[str, ...] = ("kernel-netem", "kernel-partial", "userspace")
+BACKENDS: tuple[str, ...] = ("kernel-netem", "kernel-partial", "userspace")
 _OUR_QDISCS = ("tbf", "htb", "netem")  # root qdiscs a plan installs (Docker leaves noqueue)
 
 
@@ -170,13 +164,6 @@ class ShapingRecord(BaseModel):
         if self.capabilities.get("netem"):
             return None
         return f"netem unavailable in this kernel: fallback {self.backend!r} ran"
-
-
-def record_path(run_id: str, runs_dir: str | Path | None = None) -> Path:
-    """``<runs dir>/<run_id>/shaping.json`` (runs dir: ``--runs-dir``, ``$SNEKBED_RUNS_DIR`` or ``./runs``)."""
-    from orchestrator.runs import check_run_id, runs_root
-
-    return runs_root(runs_dir) / check_run_id(run_id) / RECORD_FILE
 
 
 def save_record(record: ShapingRecord, path: Path) -> None:
@@ -280,9 +267,9 @@ def apply_endpoint(ep: Endpoint, backend: ShapingBackend, *, rate_qdisc: RateQdi
     changed); planned rules are added only when ``-C`` says they are missing. Raises
     ShapingError naming the command that failed, PlanError for a bad address.
     """
-    if backend not in _BACKENDS:
+    if backend not in BACKENDS:
         raise ShapingError(f"link {ep.link}: unknown shaping backend {backend!r} "
-                           f"(expected one of {', '.join(_BACKENDS)})")
+                           f"(expected one of {', '.join(BACKENDS)})")
     dev = find_dev(ep.pid, ep.ip, run=run)
     plan = plan_link(backend, dev, ep.shape, peer_ip=ep.peer_ip, rate_qdisc=rate_qdisc)
     planned = {_rule_key(r) for r in plan.iptables_rules}
@@ -408,125 +395,3 @@ def apply_endpoints(endpoints: Iterable[Endpoint], backend: ShapingBackend, *, r
     applied = [apply_endpoint(ep, backend, rate_qdisc=rate_qdisc, run=run) for ep in endpoints]
     return ShapingRecord(run_id=run_id, backend=backend, capabilities=dict(capabilities or {}), notes=list(notes),
                          applied_wall_ts=round(time.time(), 6), endpoints=applied)
-
-
-def run_endpoints(run_id: str, *, client: Any = None, runs_dir: str | Path | None = None) -> list[Endpoint]:
-    """The running link ends of a Docker run, with each link's effective shape.
-
-    Uses ``orchestrator.backends.docker.link_endpoints`` (imported here, lazily); the shape
-    comes from the run's ``topology.json`` (overrides included) when there is one, else
-    from the class table. Raises ShapingError when the Docker backend is not available or
-    the run has no running link ends.
-    """
-    try:
-        from orchestrator.backends.docker import link_endpoints
-    except ImportError as exc:
-        raise ShapingError(f"`snekbed links` on a run needs the Docker backend "
-                           f"(orchestrator.backends.docker.link_endpoints), which cannot be imported: {exc}") from exc
-    topology = _run_topology(run_id, runs_dir)
-    out: list[Endpoint] = []
-    for le in link_endpoints(run_id, client):
-        shape = getattr(le, "shape", None)
-        if shape is None:
-            if topology is not None and 0 <= le.link_index < len(topology.links):
-                shape = topology.link_class_of(le.link_index).shape
-            else:
-                shape = resolve_class(le.link_class).shape
-        out.append(Endpoint(link=str(le.link_index), link_class=le.link_class, shape=shape, node=le.node, pid=le.pid,
-                            ip=le.ip, peer=le.peer, peer_ip=le.peer_ip, container_id=le.container_id))
-    if not out:
-        raise ShapingError(f"run {run_id!r}: no running link ends (is it up? `snekbed status --run-id {run_id}`)")
-    return out
-
-
-def _run_topology(run_id: str, runs_dir: str | Path | None) -> Any:
-    path = record_path(run_id, runs_dir).with_name("topology.json")
-    if not path.exists():
-        return None
-    import json
-
-    from orchestrator.topology import Topology
-
-    return Topology.from_data(json.loads(path.read_text(encoding="utf-8")), file=str(path))
-
-
-def _run_backend(run_id: str, runs_dir: str | Path | None) -> ShapingBackend | None:
-    """The backend the run's nodes were started for (meta.json ``shaping.backend``), if recorded."""
-    import json
-
-    path = record_path(run_id, runs_dir).with_name("meta.json")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = (meta.get("shaping") or {}).get("backend")
-    return value if value in _BACKENDS else None
-
-
-def apply_run(run_id: str, *, backend: ShapingBackend | None = None, force: bool = False, client: Any = None,
-              runs_dir: str | Path | None = None, endpoints: list[Endpoint] | None = None,
-              rate_qdisc: RateQdisc = "tbf") -> ShapingRecord:
-    """Probe, then shape every running link end of ``run_id``; save and return the record.
-
-    ``backend`` defaults to the one the nodes were started for (meta.json), else the
-    probe's choice. Asking for a backend the probe says cannot work, or (without
-    ``force``) one other than the nodes were started for (their userspace part would
-    be wrong), raises ShapingError. ``endpoints`` overrides :func:`run_endpoints`.
-    """
-    from netem.probe import probe
-
-    caps = probe()
-    started = _run_backend(run_id, runs_dir)
-    chosen: ShapingBackend = backend or started or caps.backend
-    if chosen not in _BACKENDS:
-        raise ShapingError(f"unknown shaping backend {chosen!r} (expected one of {', '.join(_BACKENDS)})")
-    if chosen == "kernel-netem" and not caps.netem:
-        raise ShapingError("backend kernel-netem asked for, but this kernel has no netem: " + "; ".join(caps.notes))
-    if chosen == "kernel-partial" and caps.backend == "userspace":
-        raise ShapingError("backend kernel-partial asked for, but tc/iptables statistic are unusable here: "
-                           + "; ".join(caps.notes))
-    if started is not None and chosen != started and not force:
-        raise ShapingError(f"run {run_id}: its nodes were started for the {started!r} backend (their peer URIs carry "
-                           f"its userspace part); applying {chosen!r} would shape some parts twice or not at all. "
-                           "Pass force to do it anyway.")
-    eps = endpoints if endpoints is not None else run_endpoints(run_id, client=client, runs_dir=runs_dir)
-    notes = list(caps.notes)
-    if started is None:
-        notes.append(f"the run does not say which backend its nodes were started for; used {chosen}")
-    record = apply_endpoints(eps, chosen, run_id=run_id, capabilities={**caps.summary(), "ethtool": caps.ethtool},
-                             notes=notes, rate_qdisc=rate_qdisc)
-    save_record(record, record_path(run_id, runs_dir))
-    return record
-
-
-def reapply(run_id: str, *, client: Any = None, runs_dir: str | Path | None = None,
-            endpoints: list[Endpoint] | None = None) -> ShapingRecord:
-    """Apply again with the backend recorded by the last apply (after a reconnect interfaces come back
-    renamed and unshaped; devices are found by address again). Raises ShapingError."""
-    previous = load_record(record_path(run_id, runs_dir))
-    backend = previous.backend if previous is not None else None
-    return apply_run(run_id, backend=backend, force=previous is not None, client=client, runs_dir=runs_dir,
-                     endpoints=endpoints)
-
-
-def clear_run(run_id: str, *, client: Any = None, runs_dir: str | Path | None = None,
-              endpoints: list[Endpoint] | None = None) -> dict[str, list[list[str]]]:
-    """Clear every running link end of ``run_id``; ``{"<link>@<node>": commands run}``. The record is
-    removed. Raises ShapingError."""
-    eps = endpoints if endpoints is not None else run_endpoints(run_id, client=client, runs_dir=runs_dir)
-    out = {f"{ep.link}@{ep.node}": clear_endpoint(ep) for ep in eps}
-    record_path(run_id, runs_dir).unlink(missing_ok=True)
-    return out
-
-
-def show_run(run_id: str, *, client: Any = None, runs_dir: str | Path | None = None,
-             endpoints: list[Endpoint] | None = None) -> tuple[ShapingRecord | None, list[EndpointState]]:
-    """The saved record (None before any apply) and the live state of every running link end.
-
-    The live state is compared with the recorded backend (else the run's, else
-    ``userspace``). Raises ShapingError.
-    """
-    record = load_record(record_path(run_id, runs_dir))
-    backend: ShapingBackend = (record.backend if record else None) or _run_backend(run_id, runs_dir) or "userspace"
-    eps = endpoints if endpoints is not None else run_endpoints(run_id, client=client, runs_dir=runs_dir)
-    return record, [endpoint_state(ep, backend) for ep in eps]

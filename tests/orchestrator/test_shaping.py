@@ -1,4 +1,4 @@
-"""netem.apply against the real kernel, in throwaway network namespaces (no Docker needed).
+"""orchestrator.shaping against the real kernel, in throwaway network namespaces (no Docker needed).
 
 apply_endpoint/clear_endpoint/endpoint_state take a runner ``(pid, argv)``; here it
 runs ``ip netns exec <ns> argv`` instead of ``nsenter -t <pid> -n argv``, so the very
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from netem.apply import (
+from contract.links import LinkShape, default_classes
+from node.config import parse_inbound, parse_peer_uri
+from orchestrator.shaping import (
     Endpoint,
     ShapingError,
     ShapingRecord,
@@ -26,12 +28,10 @@ from netem.apply import (
     find_dev,
     load_record,
     node_peer_query,
-    record_path,
     save_record,
     where_shaped,
 )
-from contract.links import LinkShape, default_classes
-from node.config import parse_inbound, parse_peer_uri
+from orchestrator.shaping_runs import record_path
 
 CLASSES = default_classes()
 A_IP, B_IP = "10.99.0.1", "10.99.0.2"

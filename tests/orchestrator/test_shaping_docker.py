@@ -26,20 +26,19 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from netem.apply import (
+from contract.links import default_classes
+from netem.plan import ShapingBackend
+from orchestrator.links_check import CheckOptions, check_endpoints
+from orchestrator.shaping import (
     Endpoint,
     apply_endpoints,
-    apply_run,
     clear_endpoint,
     endpoint_state,
     find_dev,
+    load_record,
     node_peer_query,
-    reapply,
-    show_run,
 )
-from netem.check import CheckOptions, check_endpoints
-from contract.links import default_classes
-from netem.plan import ShapingBackend
+from orchestrator.shaping_runs import apply_run, reapply, record_path, show_run
 from tests.conftest import docker_available, need
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -222,7 +221,6 @@ def test_reconnect_renames_and_unshapes_then_reapply_fixes_it(rig: Rig, tmp_path
 def test_links_check_measures_bluetooth_and_remote_within_the_issue_tolerances(rig: Rig, tmp_path: Path) -> None:
     """The issue's acceptance: RTT within 10 %, throughput within 10 %, loss within 1 pp, on kernel-partial."""
     apply_run(rig.run_id, backend="kernel-partial", runs_dir=tmp_path, endpoints=rig.endpoints())
-    from netem.apply import load_record, record_path
 
     record = load_record(record_path(rig.run_id, tmp_path))
     results = check_endpoints(rig.endpoints(), record=record, client=rig.client, keys=rig.keys,

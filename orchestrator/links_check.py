@@ -39,20 +39,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from netem.apply import (
-    Endpoint,
-    ShapingError,
-    ShapingRecord,
-    _run_backend,
-    find_dev,
-    load_record,
-    record_path,
-    run_endpoints,
-    where_shaped,
-)
 from contract.links import LinkShape
 from netem.measure import MeasureError, best_throughput, node_rtt, transfer_bytes, udp_loss
 from netem.plan import ShapingBackend
+from netem.probe import probe
+from orchestrator.shaping import Endpoint, ShapingError, ShapingRecord, find_dev, load_record, where_shaped
+from orchestrator.shaping_runs import record_path, run_backend, run_endpoints
 
 __all__ = [
     "LOSS_TOLERANCE_PP",
@@ -316,8 +308,6 @@ def check_endpoints(endpoints: list[Endpoint], *, record: ShapingRecord | None, 
     if record is not None:
         caps, chosen, notes = record.capabilities, record.backend, list(record.notes)
     else:
-        from netem.probe import probe
-
         found = probe()
         caps, chosen = {**found.summary(), "ethtool": found.ethtool}, backend or found.backend
         whose = "the run's" if backend else "the probe's"
@@ -372,7 +362,7 @@ def check_run(run_id: str, *, client: Any = None, runs_dir: str | Path | None = 
     except (OSError, ValueError):
         keys = {}
     results = check_endpoints(eps, record=load_record(path), client=client, keys=keys, options=options, links=links,
-                              backend=_run_backend(run_id, runs_dir))
+                              backend=run_backend(run_id, runs_dir))
     if path.parent.is_dir():
         tmp = path.with_name(".links_check.json.tmp")
         tmp.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n", encoding="utf-8")

@@ -1,8 +1,8 @@
-"""netem.check and netem.measure without Docker.
+"""orchestrator.links_check and netem.measure without Docker.
 
 The measurement programs are the ones run inside containers; here they run inside
 two network namespaces joined by a veth pair (a stand-in object gives them the
-``exec_run`` of a Docker container), shaped by netem.apply with the real kernel. The
+``exec_run`` of a Docker container), shaped by orchestrator.shaping with the real kernel. The
 judging rules and the JSON shape are tested as plain functions.
 """
 
@@ -17,8 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from netem.apply import Endpoint, apply_endpoint
-from netem.check import (
+from contract.links import LinkShape, default_classes
+from netem.measure import MeasureError, best_throughput, exec_python, node_rtt, tcp_throughput, udp_loss
+from orchestrator.links_check import (
     LOSS_TOLERANCE_PP,
     OVERLOAD_PER_CPU,
     PING_FRAME_BYTES,
@@ -33,9 +34,8 @@ from netem.check import (
     judge_rtt,
     host_load,
 )
-from contract.links import LinkShape, default_classes
-from netem.measure import MeasureError, best_throughput, exec_python, node_rtt, tcp_throughput, udp_loss
-from tests.netem.conftest import require_kernel_tools
+from orchestrator.shaping import Endpoint, apply_endpoint
+from tests.netns_fixtures import require_kernel_tools
 
 CLASSES = default_classes()
 A_IP, B_IP = "10.99.1.1", "10.99.1.2"
