@@ -16,6 +16,12 @@ from pathlib import Path
 
 import click
 
+from pipeline.cli import analyze
+
+from .run_cli import demo_docker
+from .runs import new_run_id, runs_root
+from .sim_cli import sim
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_GRAPH = REPO.parent / "shared" / "topologies" / "pinecone" / "graph-250.txt"
 MESH = REPO / "compose" / "topologies" / "mesh-12.yaml"
@@ -48,8 +54,6 @@ def analyze_run(run_dir: Path, master: str) -> Path:
     why = _analysis_reason()
     if why:
         raise click.ClickException(f"the run is recorded in {run_dir}, but it cannot be analyzed: {why}")
-    from pipeline.cli import analyze
-
     out = run_dir / "analysis"
     click.echo(f"demo: analyzing {run_dir} with Spark ({master})", err=True)
     analyze.main([str(run_dir), "--out", str(out), "--master", master, "--driver-memory", "2g"],
@@ -68,22 +72,16 @@ def analyze_run(run_dir: Path, master: str) -> Path:
               help="Run this topology instead (default: mesh-12 on Docker, graph-250 in process).")
 def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, topology: Path | None) -> None:
     """Run the main experiment: converge, ping, kill the root, re-converge, analyze the run."""
-    from .runs import new_run_id, runs_root
-
     why = _docker_reason() if backend != "inproc" else "asked for inproc"
     if backend == "docker" and why:
         raise click.ClickException(f"--backend docker: {why}")
     run_id = new_run_id()
     run_dir = runs_root(runs_dir) / run_id
     if why is None:
-        from .run_cli import demo_docker
-
         demo_docker(topology or MESH, runs_dir=runs_root(runs_dir), run_id=run_id)
     else:
         click.echo(f"demo: in-process backend ({why})", err=True)
         topo = topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH)
-        from .sim_cli import sim
-
         sim.main([str(topo), "--kill-root", "--pairs", "100", "--record", str(run_dir), "--run-id", run_id],
                  standalone_mode=False)
     click.echo(f"run directory: {run_dir}")

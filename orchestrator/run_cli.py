@@ -19,8 +19,12 @@ from typing import Any
 
 import click
 
+from .backends.docker_net import DEFAULT_POOL, DockerBackendError
 from .runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
+from .sim import run_sim_sync
+from .sim_cli import _table, config_from_topology
 from .topology import Topology, TopologyError
+from .topology_loaders import load_topology
 
 __all__ = ["up", "status", "ping", "kill_root", "down", "compose", "demo_docker"]
 
@@ -39,8 +43,6 @@ def _console(stderr: bool = False) -> Any:
 
 def _load(path: Path) -> Topology:
     """The validated topology; TopologyError becomes a ClickException naming file, line and field."""
-    from .topology_loaders import load_topology
-
     try:
         return load_topology(path)
     except TopologyError as exc:
@@ -55,7 +57,6 @@ def _open(runs_dir: Path | None, run_id: str | None) -> RunDir:
 
 
 def _session(run: RunDir) -> Any:
-    from .backends.docker_net import DockerBackendError
     from .backends.docker_session import DockerSession
 
     backend = run.meta().get("backend")
@@ -73,7 +74,6 @@ def _backend(pool: str | None = None, workers: int = 8) -> Any:
     import docker.errors
 
     from .backends.docker import DockerBackend
-    from .backends.docker_net import DEFAULT_POOL
 
     try:
         client = docker.from_env()
@@ -154,7 +154,6 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
                image: str | None, workers: int, as_json: bool) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .backends.docker_net import DockerBackendError
     from .backends.docker_session import choose_shaping, start_run
     from .image import ImageError, build_node_image
 
@@ -211,9 +210,6 @@ def _fmt(x: float | None) -> str:
 
 
 def _up_inproc(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, as_json: bool) -> None:
-    from .sim import run_sim_sync
-    from .sim_cli import _table, config_from_topology
-
     cfg = config_from_topology(topo, seed=seed, record=run.path, run_id=run.run_id, max_time_s=max(timeout_s, 60.0))
     out = run_sim_sync(cfg)
     out["run_id"] = run.run_id
@@ -286,8 +282,6 @@ def ping(sender: str, target: str, run_id: str | None, runs_dir: Path | None, mo
 @click.option("--json", "as_json", is_flag=True)
 def kill_root(run_id: str | None, runs_dir: Path | None, timeout_s: float | None, pairs: int, as_json: bool) -> None:
     """Kill the root's container, wait for re-convergence within the timer-derived bound, ping again."""
-    from .backends.docker_net import DockerBackendError
-
     session = _session(_open(runs_dir, run_id))
     try:
         out = session.kill_root(timeout_s=timeout_s, pairs=pairs)

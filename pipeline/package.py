@@ -2,9 +2,9 @@
 
     python -m pipeline.package [OUT.zip]      # default dist/snekbed-pipeline.zip
 
-The zip holds the ``pipeline`` package (pure Python; its other dependencies,
-pydantic, networkx and matplotlib, are used on the driver only). Executors only
-need pyspark itself.
+The zip holds the ``pipeline`` package and the shared leaf it imports, ``contract``
+(the run-dataset contract; pure Python: its other dependencies, pydantic, networkx
+and matplotlib, are used on the driver only). Executors only need pyspark itself.
 """
 
 from __future__ import annotations
@@ -13,17 +13,21 @@ import sys
 import zipfile
 from pathlib import Path
 
-__all__ = ["build_zip"]
+__all__ = ["PACKAGES", "build_zip"]
+
+#: The packages the zip holds: the pipeline and the shared leaf it imports.
+PACKAGES = ("contract", "pipeline")
 
 
 def build_zip(out: str | Path = "dist/snekbed-pipeline.zip") -> Path:
-    """Write the zip of the ``pipeline`` package to ``out``; return its path."""
-    root = Path(__file__).resolve().parent
+    """Write the zip of the ``PACKAGES`` (their ``.py`` files) to ``out``; return its path."""
+    repo = Path(__file__).resolve().parent.parent
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(root.rglob("*.py")):
-            zf.write(path, str(Path("pipeline") / path.relative_to(root)))
+        for package in PACKAGES:
+            for path in sorted((repo / package).rglob("*.py")):
+                zf.write(path, str(path.relative_to(repo)))
     return out
 
 

@@ -34,6 +34,11 @@ from pathlib import Path
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 
+# Imported only now, after the path fix above (so from --py-files); this script runs under spark-submit,
+# where pyspark is always there.
+from pipeline import analysis, io  # noqa: E402
+from pipeline.errors import PipelineError  # noqa: E402
+
 
 def code_origin() -> list[str]:
     """Where the loaded ``pipeline`` modules come from: the roots (a zip or a directory) holding them."""
@@ -62,9 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="analysis", help="output directory (tables/ and the report)")
     parser.add_argument("--timeline-bin", type=float, default=5.0, help="delivery-over-time bin (s)")
     args = parser.parse_args(argv)
-
-    from pipeline import analysis, io
-    from pipeline.errors import PipelineError
 
     t0 = time.perf_counter()
     print(f"code: pipeline from {', '.join(code_origin())}", file=sys.stderr, flush=True)

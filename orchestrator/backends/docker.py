@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 from contract.links import LinkShape, default_classes, resolve_class
 from netem.plan import ShapingBackend, iptables_check_argv, plan_link, userspace_part
 from node.core.crypto import Identity, derive_seed
-from orchestrator.image import NODE_ADMIN_PORT, NODE_METRICS_PORT, NODE_PEER_PORT, node_container_options
+from orchestrator.image import (
+    NODE_ADMIN_PORT,
+    NODE_METRICS_PORT,
+    NODE_PEER_PORT,
+    default_cache_dir,
+    node_container_options,
+)
 from orchestrator.shaping import ShapingError
 from orchestrator.shaping import find_dev as _netem_find_dev
 from orchestrator.shaping import nsenter_run as _nsenter
@@ -255,8 +261,6 @@ class DockerBackend:
         self.pool = pool
         self.workers = max(1, workers)
         if lock_path is None:
-            from orchestrator.image import default_cache_dir
-
             lock_path = default_cache_dir() / "docker-networks.lock"
         self.lock_path = lock_path
 

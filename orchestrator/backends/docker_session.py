@@ -20,7 +20,9 @@ from typing import Any
 import networkx as nx
 
 from netem.plan import ShapingBackend
+from netem.probe import probe
 from orchestrator.image import NODE_ADMIN_PORT
+from orchestrator.observe import check_convergence
 from orchestrator.runs import RunDir, RunError, versions
 from orchestrator.topology import Topology
 
@@ -48,8 +50,6 @@ def choose_shaping(mode: str) -> tuple[ShapingBackend, str]:
     """
     if mode == "userspace":
         return "userspace", "asked for userspace shaping"
-    from netem.probe import probe
-
     caps = probe()
     if mode == "kernel" and caps.backend == "userspace":
         raise DockerBackendError("--shaping kernel: this host has no kernel shaping: " + "; ".join(caps.notes))
@@ -143,8 +143,6 @@ class DockerSession:
 
     def status(self) -> dict[str, Any]:
         """One poll of every node: container state, tree/snake fields and the convergence verdict."""
-        from orchestrator.observe import check_convergence
-
         containers = self.backend.containers(self.run_id)
         running = {n for n, c in containers.items() if c.get("State") == "running"}
         with self.admin() as admin:

@@ -73,7 +73,7 @@ def submitted(tmp_path_factory, code_zip):
 
 def test_the_zip_holds_the_whole_package(code_zip):
     names = set(zipfile.ZipFile(code_zip).namelist())
-    expected = {str(Path("pipeline") / p.relative_to(REPO / "pipeline")) for p in (REPO / "pipeline").rglob("*.py")}
+    expected = {str(p.relative_to(REPO)) for package in ("contract", "pipeline") for p in (REPO / package).rglob("*.py")}
     assert names == expected
     assert {"pipeline/__init__.py", "pipeline/analysis.py", "pipeline/jobs/__init__.py",
             "pipeline/jobs/convergence.py"} <= names
