@@ -22,9 +22,8 @@ or a bad URI, 422 for a body that fails validation, 404 for an unknown port.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -33,19 +32,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from contract.links import LINK_TYPE_NAMES
 from node.config import ConfigError, HostPort
-from node.core.ping import PingResult
-from node.metrics import serve_app
-from node.runtime import LOAD_HEADER_LEN, LOAD_MAGIC, LOAD_STRUCT, LoadFlow
+from node.httpserve import serve_app
+from node.load import LOAD_HEADER_LEN
+from node.view import AdminView
 
-if TYPE_CHECKING:
-    from node.runtime import Node
-
-__all__ = ["PeerRequest", "PingRequest", "TrafficRequest", "build_app", "ping", "run_load", "serve", "state_document"]
+__all__ = ["PeerRequest", "PingRequest", "TrafficRequest", "build_app", "serve"]
 
 log = logging.getLogger("snekbed.node.admin")
-_STALL_S = 0.5  # frames unacknowledged this long are written off as lost
 
 
 def _hex_key(value: str) -> str:
@@ -73,7 +67,7 @@ class PeerRequest(BaseModel):
 class TrafficRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str
-    payload_bytes: int = Field(64, ge=22, le=60_000)
+    payload_bytes: int = Field(64, ge=LOAD_HEADER_LEN, le=60_000)
     count: int = Field(10_000, ge=1, le=100_000_000)
     inflight: int = Field(64, ge=1, le=100_000)
     timeout_s: float = Field(60.0, gt=0, le=3600)
@@ -100,112 +94,8 @@ async def _body(request: Request, model: type[BaseModel]) -> BaseModel | JSONRes
         return _error(422, f"{where}: {err['msg']}")
 
 
-def state_document(node: Node) -> dict[str, Any]:
-    """The ``GET /state`` document: the router's, with link type numbers as class names."""
-    s = node.router.state()
-    for p in s["peers"]:
-        lt = p.pop("link_type")
-        p["class"] = LINK_TYPE_NAMES.get(lt, str(lt))
-        conn = node.peers.get(p["port"])
-        if conn is not None:
-            p["link_class"] = conn.link.link_class
-            p["remote"] = conn.remote
-    return s
-
-
-async def ping(node: Node, key: bytes, mode: str, count: int, timeout_s: float) -> dict[str, Any]:
-    """Send ``count`` pings one after another (§8); tree mode first learns the target's coordinates."""
-    rtts: list[float] = []
-    hops: list[int] = []
-    if mode == "tree" and key != node.key and not _coords_fresh(node, key):
-        await _ping_once(node, key, "snek", timeout_s)  # its pong fills the coordinates cache
-    for _ in range(count):
-        res = await _ping_once(node, key, mode, timeout_s)
-        if res is not None and res.received:
-            rtts.append(round((res.rtt_s or 0.0) * 1000.0, 4))
-            hops.append(res.hops if res.hops is not None else 0)
-    return {"sent": count, "received": len(rtts), "rtt_ms": rtts, "hops": hops}
-
-
-def _coords_fresh(node: Node, key: bytes) -> bool:
-    hit = node.router.coords_cache.get(key)
-    return hit is not None and trio.current_time() - hit[1] < node.router.t.coords_cache_lifetime_s
-
-
-async def _ping_once(node: Node, key: bytes, mode: str, timeout_s: float) -> PingResult | None:
-    """One ping, waiting for any outstanding ping to the same target first (one at a time, §8)."""
-    lock = node.ping_locks.setdefault(key, trio.Lock())
-    async with lock:
-        r = node.router
-        with trio.move_on_after(timeout_s + 1.0):
-            while key in r.ping.pending:
-                await node.ping_lot.park()
-        if not r.ping.start(key, trio.current_time(), mode=mode, timeout_s=timeout_s):
-            return None
-        node.flush()
-        box = node.ping_waiters.setdefault(key, [])
-        with trio.move_on_after(timeout_s + 1.0):
-            while not box:
-                await node.ping_lot.park()
-        node.ping_waiters.pop(key, None)
-        if not lock.statistics().tasks_waiting:
-            node.ping_locks.pop(key, None)
-        return box[0] if box else None
-
-
-async def run_load(
-    node: Node, dest: bytes, payload_bytes: int, count: int, inflight: int, timeout_s: float
-) -> dict[str, Any]:
-    """Closed-loop benchmark traffic to ``dest``, which acknowledges every 16 frames (the node's load sink).
-
-    At most ``inflight`` frames are unacknowledged; frames unacknowledged for 0.5 s
-    without any progress are written off as lost. Frames are SNEK-routed Traffic
-    whose payload starts with the ``snekload`` header. Raises ValueError for a bad size.
-    """
-    if not LOAD_HEADER_LEN <= payload_bytes <= 60_000:
-        raise ValueError(f"payload_bytes must be in {LOAD_HEADER_LEN}..60000, not {payload_bytes}")
-    flow = random.getrandbits(32)
-    st = node.load_flows[flow] = LoadFlow()
-    pad = bytes(payload_bytes - LOAD_HEADER_LEN)
-    pack = LOAD_STRUCT.pack
-    send = node.router.send_traffic
-    sent = lost = 0
-    start = trio.current_time()
-    try:
-        with trio.move_on_after(timeout_s):
-            while st.acked + lost < count:
-                room = min(inflight - (sent - st.acked - lost), count - sent, 32)
-                if room > 0:  # 32 at most between checkpoints (half a flow bucket): the writers drain in between
-                    now = trio.current_time()
-                    for _ in range(room):
-                        sent += 1
-                        flags = 1 if (sent == count or sent - st.acked - lost >= inflight) else 0
-                        send(dest, pack(LOAD_MAGIC, 0, flags, flow, sent) + pad, now)
-                    node.flush()
-                    await trio.lowlevel.checkpoint()
-                    continue
-                before = st.acked
-                with trio.move_on_after(_STALL_S):
-                    await st.lot.park()
-                if st.acked == before:
-                    lost = sent - st.acked
-        elapsed = trio.current_time() - start
-        with trio.move_on_after(0.2):  # the last ack may still be on its way
-            while st.acked < sent - lost:
-                await st.lot.park()
-    finally:
-        del node.load_flows[flow]
-    return {
-        "sent": sent,
-        "delivered": st.acked,
-        "lost": max(0, sent - st.acked),
-        "elapsed_s": round(elapsed, 6),
-        "frames_per_s": round(st.acked / elapsed, 1) if elapsed > 0 else 0.0,
-    }
-
-
-def build_app(node: Node) -> Starlette:
-    """The admin ASGI app for ``node``."""
+def build_app(node: AdminView) -> Starlette:
+    """The admin ASGI app for ``node`` (it sees only the view: :class:`node.view.AdminView`)."""
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse(
@@ -218,14 +108,14 @@ def build_app(node: Node) -> Starlette:
         )
 
     async def state(request: Request) -> JSONResponse:
-        return JSONResponse(state_document(node))
+        return JSONResponse(node.state())
 
     async def ping_route(request: Request) -> JSONResponse:
         body = await _body(request, PingRequest)
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, PingRequest)
-        result = await ping(node, bytes.fromhex(body.key), body.mode, body.count, body.timeout_s)
+        result = await node.ping(bytes.fromhex(body.key), body.mode, body.count, body.timeout_s)
         return JSONResponse(result)
 
     async def add_peer(request: Request) -> JSONResponse:
@@ -251,15 +141,15 @@ def build_app(node: Node) -> Starlette:
         return JSONResponse({"port": peer.port, "key": peer.key.hex(), "status": "closed"})
 
     async def list_peers(request: Request) -> JSONResponse:
-        return JSONResponse(state_document(node)["peers"])
+        return JSONResponse(node.state()["peers"])
 
     async def traffic(request: Request) -> JSONResponse:
         body = await _body(request, TrafficRequest)
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, TrafficRequest)
-        result: dict[str, Any] = await run_load(
-            node, bytes.fromhex(body.key), body.payload_bytes, body.count, body.inflight, body.timeout_s
+        result: dict[str, Any] = await node.run_load(
+            bytes.fromhex(body.key), body.payload_bytes, body.count, body.inflight, body.timeout_s
         )
         return JSONResponse(result)
 
@@ -282,7 +172,7 @@ def build_app(node: Node) -> Starlette:
 
 
 async def serve(
-    node: Node,
+    node: AdminView,
     where: HostPort,
     shutdown_trigger: Callable[[], Awaitable[None]],
     *,

@@ -28,8 +28,10 @@ from node.config import (
     load_identity,
     parse_hostport,
     parse_inbound,
+    parse_listen,
     parse_peer_uri,
 )
+from node.lifecycle import NodeProcess
 
 __all__ = ["build_config", "main_async", "node"]
 
@@ -41,6 +43,12 @@ def _addr(value: str | None, what: str) -> HostPort | None:
     if value is None or value.strip().lower() in _OFF:
         return None
     return parse_hostport(value.strip(), what)
+
+
+def _listen(value: str | None) -> HostPort | None:
+    if value is None or value.strip().lower() in _OFF:
+        return None
+    return parse_listen(value.strip(), "--listen")
 
 
 def build_config(**o: object) -> NodeConfig:
@@ -55,7 +63,7 @@ def build_config(**o: object) -> NodeConfig:
     listen_class = str(o["listen_class"])
     cfg = NodeConfig(
         identity=identity,
-        listen=_addr(o["listen"], "--listen"),  # type: ignore[arg-type]
+        listen=_listen(o["listen"]),  # type: ignore[arg-type]
         peers=[parse_peer_uri(u, shape_all=shape_all) for u in o["peer"]],  # type: ignore[union-attr]
         inbound=[parse_inbound(u, shape_all=shape_all) for u in o["inbound"]],  # type: ignore[union-attr]
         listen_link=link_spec({"class": listen_class}, what="--listen-class", value=listen_class, shape_all=shape_all),
@@ -78,14 +86,11 @@ def build_config(**o: object) -> NodeConfig:
     return cfg
 
 
-async def _watch_signals(node: object) -> None:
-    from node.runtime import Node
-
-    assert isinstance(node, Node)
+async def _watch_signals(node: NodeProcess) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             name = signal.Signals(signum).name.lower()
-            if node.stopping or node._stop.is_set():
+            if node.stopping:
                 log.warning("second %s: exiting without waiting", name)
                 raise SystemExit(1)
             log.info("%s: stopping", name)
@@ -94,9 +99,7 @@ async def _watch_signals(node: object) -> None:
 
 async def main_async(cfg: NodeConfig) -> None:
     """Run a node until SIGTERM/SIGINT. Raises OSError when an address cannot be bound."""
-    from node.runtime import Node
-
-    node = Node(cfg)
+    node = NodeProcess(cfg)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, node)
         await node.run()
@@ -104,7 +107,7 @@ async def main_async(cfg: NodeConfig) -> None:
 
 
 @click.command("node", context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-@click.option("--listen", default="0.0.0.0:7000", help="TCP address for peers (HOST:PORT, port 0 = any; 'off').")
+@click.option("--listen", default="0.0.0.0:7000", help="TCP address for peers (tcp://HOST:PORT or HOST:PORT, [V6]:PORT; port 0 = any; 'off').")
 @click.option("--peer", multiple=True, metavar="URI", help="Peer to dial: tcp://HOST:PORT?class=remote|multicast|lan|bluetooth[&delay_ms=..&jitter_ms=..&loss_pct=..&rate_mbit=..&queue_limit_pkts=..&shape=1]. Repeatable.")
 @click.option("--inbound", multiple=True, metavar="URI", help="Class/shaping for connections accepted from an address: tcp://IP?class=..&... Repeatable.")
 @click.option("--listen-class", default="remote", help="Link class of accepted connections without an --inbound rule.")

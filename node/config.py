@@ -47,6 +47,7 @@ __all__ = [
     "load_identity",
     "parse_hostport",
     "parse_inbound",
+    "parse_listen",
     "parse_peer_uri",
 ]
 
@@ -75,26 +76,62 @@ class HostPort:
 
 
 def parse_hostport(text: str, what: str = "address", *, allow_zero: bool = True) -> HostPort:
-    """``HOST:PORT`` or ``[V6]:PORT``. Raises ConfigError naming ``what``."""
+    """``HOST:PORT`` or ``[V6]:PORT``. Raises ConfigError naming ``what`` and the real problem."""
     if not isinstance(text, str) or not text:
         raise ConfigError(what, text, "expected HOST:PORT")
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise ConfigError(what, text, f"expected HOST:PORT without a scheme (remove {scheme + '://'!r})")
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ConfigError(what, text, "expected [IPV6]:PORT")
+        if not sep:
+            raise ConfigError(what, text, "no closing ']': expected [IPV6]:PORT")
+        if not rest.startswith(":"):
+            raise ConfigError(what, text, "no :PORT after ']': expected [IPV6]:PORT")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(what, text, f"{host!r} in brackets is not an IPv6 address") from None
         port_s = rest[1:]
     else:
         host, sep, port_s = text.rpartition(":")
-        if not sep or not host:
-            raise ConfigError(what, text, "expected HOST:PORT")
+        if not sep:
+            raise ConfigError(what, text, "no port: expected HOST:PORT")
+        if not host:
+            raise ConfigError(what, text, "no host before ':': expected HOST:PORT (0.0.0.0 for every address)")
         if ":" in host:
             raise ConfigError(what, text, "write IPv6 addresses as [ADDR]:PORT")
+    if not port_s:
+        raise ConfigError(what, text, "no port after ':': expected HOST:PORT")
     if not port_s.isdigit():
         raise ConfigError(what, text, f"port {port_s!r} is not a number")
     port = int(port_s)
     if not (0 if allow_zero else 1) <= port <= 65535:
         raise ConfigError(what, text, f"port {port} outside {0 if allow_zero else 1}..65535")
     return HostPort(host, port)
+
+
+def parse_listen(text: str, what: str = "--listen") -> HostPort:
+    """``tcp://HOST:PORT`` (as ``--peer`` writes it) or ``HOST:PORT`` / ``[V6]:PORT``; port 0 = any.
+
+    Raises ConfigError naming ``what``, the value given and the real problem.
+    """
+    if not isinstance(text, str) or "://" not in text:
+        return parse_hostport(text, what)
+    scheme, _, rest = text.partition("://")
+    if scheme.lower() != "tcp":
+        raise ConfigError(what, text, f"scheme {scheme!r} is not supported (use tcp://HOST:PORT or HOST:PORT)")
+    for mark, part, hint in (
+        ("?", "query", " (the class of accepted links is --listen-class / --inbound)"),
+        ("#", "fragment", ""),
+        ("/", "path", ""),
+    ):
+        if mark in rest:
+            raise ConfigError(what, text, f"a listen address takes no {part} ({mark!r}){hint}: expected tcp://HOST:PORT")
+    try:
+        return parse_hostport(rest, what)
+    except ConfigError as exc:
+        raise ConfigError(what, text, exc.reason.replace("expected ", "expected tcp://")) from None
 
 
 @dataclass(frozen=True, slots=True)

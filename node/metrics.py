@@ -36,9 +36,13 @@ snek_queued_frames                      gauge      queue (protocol, traffic)
 snek_pings_total                        counter    mode, result
 snek_ping_rtt_seconds                   histogram  mode
 snek_event_lines_suppressed_total       counter    event
+snek_events_unknown_total               counter    event (kinds the event schema does not know;
+                                                   not written to the log, warned once per kind)
 snek_internal_errors_total              counter
 process_*                               (prometheus-client ProcessCollector)
 ======================================  =========  ==========================================
+
+The collector sees the node only through :class:`node.view.NodeView`.
 """
 
 from __future__ import annotations
@@ -46,7 +50,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
 
 import trio
 from prometheus_client import (
@@ -63,16 +66,19 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from contract.frames import FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE, frame_type_name
 from contract.links import default_classes
 from node.config import HostPort
 from node.core.errors import HANDSHAKE_REASONS
+from node.httpserve import serve_app
+from node.view import NodeView
 
-if TYPE_CHECKING:
-    from node.runtime import Node
-
-__all__ = ["PING_BUCKETS_S", "NodeCollector", "NodeMetrics", "serve"]
+__all__ = ["PING_BUCKETS_S", "NodeCollector", "NodeMetrics", "build_app", "serve"]
 
 PING_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _LINK_CLASSES = tuple(default_classes())
@@ -83,16 +89,16 @@ _TYPE_LABELS = (*FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE)
 class NodeCollector(Collector):
     """Reads the node's router and shell counters on every scrape."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeView) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
         n = self.node
-        r = n.router
-        rc = r.counters
-        from node.runtime import snekbed_version
+        c = n.counters
+        rc = n.router_counters()
+        st = n.state()
 
-        yield _info("snek_node", "This node's identity.", {"key": n.key.hex(), "name": n.cfg.name or "", "version": snekbed_version()})
+        yield _info("snek_node", "This node's identity.", {"key": n.key.hex(), "name": n.name or "", "version": n.version})
 
         peers = GaugeMetricFamily("snek_peers", "Connected peers by link class.", labels=["link_class"])
         by_class = Counter(p.link.link_class for p in n.peers.values())
@@ -100,16 +106,16 @@ class NodeCollector(Collector):
             peers.add_metric([cls], by_class.get(cls, 0))
         yield peers
 
-        root = r.root
-        yield _gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if r.parent is None else 0)
-        yield _info("snek_root", "The current root (key and sequence).", {"key": root.key.hex(), "sequence": str(root.seq)})
-        yield _gauge("snek_root_sequence", "Sequence number of the current root announcement.", root.seq)
-        yield _gauge("snek_tree_depth", "Hops from the root (length of our coordinates).", len(r.coords))
-        desc = r.descending
-        yield _info("snek_descending", "The descending SNEK neighbour ('' when none).", {"key": desc.key.hex() if desc else ""})
-        yield _gauge("snek_routing_table_entries", "Entries in the SNEK routing table.", len(r.table))
+        root = st["root"]
+        yield _gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if st["parent"] is None else 0)
+        yield _info("snek_root", "The current root (key and sequence).", {"key": root["key"], "sequence": str(root["sequence"])})
+        yield _gauge("snek_root_sequence", "Sequence number of the current root announcement.", root["sequence"])
+        yield _gauge("snek_tree_depth", "Hops from the root (length of our coordinates).", len(st["coords"]))
+        desc = st["descending"]
+        yield _info("snek_descending", "The descending SNEK neighbour ('' when none).", {"key": desc or ""})
+        yield _gauge("snek_routing_table_entries", "Entries in the SNEK routing table.", st["routing_table_size"])
 
-        ev = n.event_counts
+        ev = c.events
         yield _counter("snek_root_changes", "Root changes seen.", ev.get("root_changed", 0))
         yield _counter("snek_parent_changes", "Parent changes.", ev.get("parent_changed", 0))
         yield _counter("snek_bootstraps_sent", "Bootstraps sent.", rc.get(("bootstrap_sent",), 0))
@@ -145,7 +151,7 @@ class NodeCollector(Collector):
                 m.add_metric([cls], bytes_by.get((direction, cls), 0))
             yield m
 
-        drops = Counter(n.drops)
+        drops = Counter(c.drops)
         for key, v in rc.items():
             if key[0] == "frame_dropped":
                 t = key[1]
@@ -158,12 +164,12 @@ class NodeCollector(Collector):
         yield m
 
         m = CounterMetricFamily("snek_handshake_failures", "Failed handshakes, by reason.", labels=["reason"])
-        hf = n.handshake_failures
+        hf = c.handshake_failures
         for reason in sorted(set(HANDSHAKE_REASONS) | {"timeout", "eof", "io_error", "overload"} | set(hf)):
             m.add_metric([reason], hf.get(reason, 0))
         yield m
 
-        disc = Counter(n.disconnects)
+        disc = Counter(c.disconnects)
         for key, v in rc.items():
             if key[0] == "disconnect":
                 disc[key[1]] += v
@@ -174,8 +180,8 @@ class NodeCollector(Collector):
             m.add_metric([reason], v)
         yield m
 
-        yield _counter("snek_dial_failures", "Outgoing connection attempts that failed.", n.dial_failures)
-        yield _counter("snek_frames_delivered", "Traffic frames delivered to this node's application.", n.delivered_frames)
+        yield _counter("snek_dial_failures", "Outgoing connection attempts that failed.", c.dial_failures)
+        yield _counter("snek_frames_delivered", "Traffic frames delivered to this node's application.", c.delivered_frames)
         q = GaugeMetricFamily("snek_queued_frames", "Frames waiting in peer queues.", labels=["queue"])
         q.add_metric(["protocol"], queued_p)
         q.add_metric(["traffic"], queued_t)
@@ -183,12 +189,18 @@ class NodeCollector(Collector):
         m = CounterMetricFamily("snek_pings", "Pings finished, by mode and result.", labels=["mode", "result"])
         for mode in ("snek", "tree"):
             for result in ("received", "lost"):
-                m.add_metric([mode, result], n.pings.get((mode, result), 0))
+                m.add_metric([mode, result], c.pings.get((mode, result), 0))
         yield m
         m = CounterMetricFamily("snek_event_lines_suppressed", "Event lines held back by rate limits.", labels=["event"])
-        m.add_metric(["bootstrap_rejected"], n.events.suppressed.get("bootstrap_rejected", 0))
+        m.add_metric(["bootstrap_rejected"], n.lines_suppressed().get("bootstrap_rejected", 0))
         yield m
-        yield _counter("snek_internal_errors", "Bugs caught at a peer boundary (should stay 0).", n.internal_errors)
+        m = CounterMetricFamily(
+            "snek_events_unknown", "Router events of a kind the event schema does not know (not logged).", labels=["event"]
+        )
+        for kind, v in sorted(c.events_unknown.items()):
+            m.add_metric([kind], v)
+        yield m
+        yield _counter("snek_internal_errors", "Bugs caught at a peer boundary (should stay 0).", c.internal_errors)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -208,7 +220,7 @@ def _info(name: str, doc: str, labels: dict[str, str]) -> InfoMetricFamily:
 class NodeMetrics:
     """The node's registry: the collector above, the ping histogram and process metrics."""
 
-    def __init__(self, node: Node, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, node: NodeView, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(node))
         ProcessCollector(registry=self.registry)
@@ -225,42 +237,13 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
-def build_app(metrics: NodeMetrics):  # -> starlette.applications.Starlette
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import Route
+def build_app(metrics: NodeMetrics) -> Starlette:
+    """The ``GET /metrics`` ASGI app."""
 
     async def scrape(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
-
-
-async def serve_app(
-    app: object,
-    where: HostPort,
-    shutdown_trigger: Callable[[], Awaitable[None]],
-    *,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve an ASGI app with hypercorn on trio; report "host:port" actually bound. Raises OSError."""
-    from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
-
-    config = Config()
-    config.bind = [str(where)]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("snekbed.node.http")  # server errors (and app tracebacks) go to our log
-    config.graceful_timeout = 1.0
-    config.keep_alive_timeout = 30.0
-
-    async def started(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]
-
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(started)
-        task_status.started(binds[0].split("://", 1)[1] if binds else str(where))
 
 
 async def serve(

@@ -11,6 +11,12 @@ reference does.
 
 Interfaces that do not exist or refuse multicast are logged and skipped; they
 never stop the node. IPv6 is best effort (an interface without IPv6 is normal).
+A socket that cannot be set up or bound is closed on every failure path.
+
+Discovery sees the node only through what it is given: the node's key, a
+``connected_keys`` function, and ``accept`` / ``dial`` coroutines that run a
+peering until it ends (:meth:`node.peering.Peering.accept` and
+:meth:`~node.peering.Peering.dial_once` in a node).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import fcntl
 import logging
 import socket
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Collection
 
 import trio
 
@@ -27,10 +33,10 @@ from node.config import LinkSpec
 from node.core.types import LinkType
 from node.transports import tcp
 
-if TYPE_CHECKING:
-    from node.runtime import Node
-
-__all__ = ["BEACON_INTERVAL_S", "GROUP_V4", "GROUP_V6", "PORT", "MulticastDiscovery", "beacon", "iface_ipv4", "parse_beacon"]
+__all__ = [
+    "BEACON_INTERVAL_S", "GROUP_V4", "GROUP_V6", "PORT", "MulticastDiscovery", "beacon", "iface_ipv4", "open_group_v4",
+    "open_group_v6", "parse_beacon",
+]  # fmt: skip
 
 log = logging.getLogger("snekbed.node.multicast")
 
@@ -103,11 +109,54 @@ def _socket_v6(ifindex: int) -> trio.socket.SocketType:
     return s
 
 
+async def open_group_v4(ifindex: int, source: str | None, port: int) -> trio.socket.SocketType:
+    """A UDP socket in the IPv4 group on interface ``ifindex``, bound to the group's ``port``.
+
+    Raises OSError; the socket is closed whenever this does not return it.
+    """
+    s = _socket_v4(ifindex, source)
+    try:
+        await s.bind((GROUP_V4, port))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+async def open_group_v6(ifindex: int, port: int) -> trio.socket.SocketType:
+    """A UDP socket in the IPv6 link-local group on interface ``ifindex``, bound to ``port``.
+
+    Raises OSError; the socket is closed whenever this does not return it.
+    """
+    s = _socket_v6(ifindex)
+    try:
+        await s.bind((GROUP_V6, port, 0, ifindex))
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+Accept = Callable[[trio.SocketStream, str, LinkSpec], Awaitable[str]]  # (stream, remote, link) -> close reason
+Dial = Callable[[str, int, LinkSpec], Awaitable[str]]  # (host, port, link) -> close reason
+
+
 class MulticastDiscovery:
     """Beacon and listen on ``ifaces``; dial what is heard. Run with ``await nursery.start(d.run)``."""
 
-    def __init__(self, node: Node, ifaces: list[str], *, port: int = PORT, interval_s: float = BEACON_INTERVAL_S) -> None:
-        self.node = node
+    def __init__(
+        self,
+        key: bytes,
+        ifaces: list[str],
+        *,
+        connected_keys: Callable[[], Collection[bytes]],
+        accept: Accept,
+        dial: Dial,
+        port: int = PORT,
+        interval_s: float = BEACON_INTERVAL_S,
+    ) -> None:
+        self.key = key
+        self._connected_keys, self._accept_peer, self._dial_peer = connected_keys, accept, dial
         self.ifaces = list(ifaces)
         self.port = port
         self.interval_s = interval_s
@@ -130,7 +179,8 @@ class MulticastDiscovery:
             task_status.started(tcp.local_address(listeners[0]))
 
     async def _accept(self, stream: trio.SocketStream) -> None:
-        await self.node.accept_with(stream, MULTICAST_LINK)
+        host, port = tcp.remote_address(stream)
+        await self._accept_peer(stream, f"tcp://{host}:{port}", MULTICAST_LINK)
 
     async def _run_iface(self, iface: str) -> None:
         try:
@@ -140,21 +190,17 @@ class MulticastDiscovery:
             return
         socks: list[tuple[trio.socket.SocketType, tuple]] = []
         try:
-            s4 = _socket_v4(ifindex, iface_ipv4(iface))
-            await s4.bind((GROUP_V4, self.port))
-            socks.append((s4, (GROUP_V4, self.port)))
-        except OSError as exc:
-            log.warning("multicast: IPv4 on %s unavailable: %s", iface, exc)
-        try:
-            s6 = _socket_v6(ifindex)
-            await s6.bind((GROUP_V6, self.port, 0, ifindex))
-            socks.append((s6, (GROUP_V6, self.port, 0, ifindex)))
-        except OSError as exc:
-            log.info("multicast: IPv6 on %s unavailable: %s", iface, exc)
-        if not socks:
-            log.error("multicast: no usable socket on %s; discovery disabled there", iface)
-            return
-        try:
+            try:
+                socks.append((await open_group_v4(ifindex, iface_ipv4(iface), self.port), (GROUP_V4, self.port)))
+            except OSError as exc:
+                log.warning("multicast: IPv4 on %s unavailable: %s", iface, exc)
+            try:
+                socks.append((await open_group_v6(ifindex, self.port), (GROUP_V6, self.port, 0, ifindex)))
+            except OSError as exc:
+                log.info("multicast: IPv6 on %s unavailable: %s", iface, exc)
+            if not socks:
+                log.error("multicast: no usable socket on %s; discovery disabled there", iface)
+                return
             async with trio.open_nursery() as nursery:
                 for s, group in socks:
                     nursery.start_soon(self._beacon_loop, s, group, iface)
@@ -164,7 +210,7 @@ class MulticastDiscovery:
                 s.close()
 
     async def _beacon_loop(self, s: trio.socket.SocketType, group: tuple, iface: str) -> None:
-        payload = beacon(self.node.key, self.listen_port)
+        payload = beacon(self.key, self.listen_port)
         while True:
             try:
                 await s.sendto(payload, group)
@@ -184,7 +230,7 @@ class MulticastDiscovery:
             if parsed is None:
                 continue
             key, port = parsed
-            if key == self.node.key or key in self.node.connected_keys() or port == 0:
+            if key == self.key or key in self._connected_keys() or port == 0:
                 continue
             self.heard += 1
             host = addr[0]
@@ -198,7 +244,7 @@ class MulticastDiscovery:
     async def _dial(self, host: str, port: int) -> None:
         self.dials += 1
         try:
-            reason = await self.node.dial_once(host, port, MULTICAST_LINK)
+            reason = await self._dial_peer(host, port, MULTICAST_LINK)
             log.info("multicast peering with %s:%d ended: %s", host, port, reason)
         finally:
             self._dialing.discard(host)

@@ -1,7 +1,7 @@
-"""TCP for peerings (PROTOCOL.md §3.1): listen, connect, redial with backoff, socket options.
+"""TCP for peerings (PROTOCOL.md §3.1): listen, connect, socket options, addresses.
 
 Both directions hand the node a ``trio.SocketStream`` (TCP_NODELAY is set by
-trio). Like the reference, TCP keepalives are enabled with a 3 s idle time, so a
+trio); redialling with backoff is :mod:`node.peering`'s. Like the reference, TCP keepalives are enabled with a 3 s idle time, so a
 vanished host is noticed by the kernel as well as by the 5 s read deadline.
 """
 
@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import random
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
-if TYPE_CHECKING:
-    from node.config import PeerSpec
-    from node.runtime import Node
-
-__all__ = ["Dialer", "connect", "dial_loop", "format_address", "local_address", "remote_address", "serve"]
+__all__ = ["connect", "format_address", "local_address", "remote_address", "serve"]
 
 log = logging.getLogger("snekbed.node.tcp")
-_STABLE_S = 10.0  # a peering that lasted this long resets the backoff
 
 _KEEPALIVE_IDLE_S = 3
 
@@ -72,49 +64,6 @@ async def serve(
 
     task_status.started(listeners)
     await trio.serve_listeners(tuned, listeners)
-
-
-@dataclass(eq=False)
-class Dialer:
-    """A configured or admin-added peer URI that is dialled, and redialled with backoff."""
-
-    spec: PeerSpec
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    port: int | None = None  # the peer's port while connected
-    attempts: int = 0
-    last_error: str | None = None
-    changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
-
-
-async def dial_loop(node: Node, d: Dialer) -> None:
-    """Dial ``d.spec`` until the node stops or ``d.scope`` is cancelled; redial after failures and
-    disconnects with exponential backoff (``backoff_min_s`` doubling to ``backoff_max_s``, +/-20 %
-    jitter; reset after a peering that lasted 10 s). Never raises (except Cancelled)."""
-    t = node.cfg.timeouts
-    spec = d.spec
-    backoff = t.backoff_min_s
-    try:
-        with d.scope:
-            while not node.stopping:
-                d.attempts += 1
-                try:
-                    stream = await connect(spec.host, spec.port, t.dial_s)
-                except (OSError, trio.TooSlowError) as exc:
-                    node.dial_failures += 1
-                    d.last_error = f"dial failed: {type(exc).__name__}: {exc}"
-                    log.debug("dial %s: %s", spec.uri, d.last_error)
-                else:
-                    started = trio.current_time()
-                    d.last_error = await node.run_dialed(stream, d)
-                    if trio.current_time() - started >= _STABLE_S:
-                        backoff = t.backoff_min_s
-                d.changed.unpark_all()
-                await trio.sleep(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, t.backoff_max_s)
-    finally:
-        if d in node.dialers:
-            node.dialers.remove(d)
-        d.changed.unpark_all()
 
 
 def format_address(addr: tuple) -> str:

@@ -52,6 +52,28 @@ def wait_until(pred, timeout_s: float, interval_s: float = 0.1, what: str = "con
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last: {last!r})")
 
 
+def holds(pred, for_s: float, interval_s: float = 0.1, what: str = "condition") -> None:
+    """Check ``pred()`` throughout ``for_s`` seconds; raise AssertionError the first time it is false.
+
+    For asserting that something does NOT happen within a window (not for synchronisation: use wait_until).
+    """
+    deadline = time.monotonic() + for_s
+    while True:
+        if not pred():
+            raise AssertionError(f"{what} stopped holding")
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval_s)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of an unlabelled sample ``name`` in a Prometheus text exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
 class NodeProc:
     """One node process. ``start()`` returns once its ready file exists."""
 
@@ -71,7 +93,7 @@ class NodeProc:
     def argv(self) -> list[str]:
         return [
             *snekbed_argv(), "node",
-            "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+            "--listen", "tcp://127.0.0.1:0", "--admin", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
             "--key-seed", self.seed.hex(), "--name", self.name, "--run-id", "nodetest",
             "--events", str(self.events_path), "--ready-file", str(self.ready_path), *self.extra,
         ]  # fmt: skip

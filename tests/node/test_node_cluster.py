@@ -105,8 +105,10 @@ def test_metrics_present_and_moving(cluster: Cluster) -> None:
     other = cluster["n4"]
     n.ping(other.key, "snek", count=3)
     n.ping(other.key, "tree", count=3)
-    time.sleep(Timers().bootstrap_interval_s + 0.5)  # at least one bootstrap round
-    after = samples(n)
+    key = ("snek_bootstraps_sent_total", ())
+    after = wait_until(  # at least one bootstrap round
+        lambda: (s := samples(n)).get(key, 0) > before.get(key, 0) and s, Timers().bootstrap_interval_s + 5, what="a bootstrap"
+    )
     names = {k[0] for k in after}
     for required in (
         "snek_peers", "snek_is_root", "snek_root_info", "snek_root_sequence", "snek_tree_depth",

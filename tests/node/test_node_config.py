@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from contract.links import LinkShape
+from node.cli import build_config
 from node.cli import node as node_command
 from node.config import (
     ConfigError,
@@ -20,6 +21,7 @@ from node.config import (
     load_identity,
     parse_hostport,
     parse_inbound,
+    parse_listen,
     parse_peer_uri,
 )
 from node.core.crypto import Identity
@@ -35,6 +37,55 @@ def test_hostport() -> None:
         with pytest.raises(ConfigError, match=why) as err:
             parse_hostport(bad, "--admin")
         assert err.value.what == "--admin" and bad in str(err.value)
+
+
+def test_listen_takes_tcp_uris_like_peer() -> None:
+    assert parse_listen("tcp://127.0.0.1:7000") == HostPort("127.0.0.1", 7000)
+    assert parse_listen("127.0.0.1:7000") == HostPort("127.0.0.1", 7000)
+    assert parse_listen("TCP://0.0.0.0:0") == HostPort("0.0.0.0", 0)
+    assert parse_listen("tcp://[::1]:7000") == HostPort("::1", 7000)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("udp://127.0.0.1:7000", "scheme 'udp' is not supported"),
+        ("tcp://127.0.0.1", "no port: expected tcp://HOST:PORT"),
+        ("tcp://127.0.0.1:", "no port after ':'"),
+        ("tcp://:7000", "no host before ':'"),
+        ("tcp://h:7000?class=lan", "takes no query .* --listen-class"),
+        ("tcp://h:7000/x", "takes no path"),
+        ("tcp://::1:7000", "write IPv6 addresses as \\[ADDR\\]:PORT"),
+        ("tcp://[nope]:7000", "'nope' in brackets is not an IPv6 address"),
+        ("[::1:7000", "no closing ']'"),
+        ("[::1]7000", "no :PORT after ']'"),
+        ("h:seven", "port 'seven' is not a number"),
+        ("tcp://h:70000", "port 70000 outside 0..65535"),
+        ("7000", "no port: expected HOST:PORT"),
+    ],
+)
+def test_bad_listen_addresses_name_the_real_problem(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        parse_listen(value)
+    assert err.value.what == "--listen" and err.value.value == value
+
+
+def test_admin_addresses_say_a_scheme_is_not_taken() -> None:
+    with pytest.raises(ConfigError, match="without a scheme \\(remove 'http://'\\)"):
+        parse_hostport("http://127.0.0.1:8080", "--admin")
+
+
+def test_cli_listen_accepts_a_tcp_uri() -> None:
+    opts = dict(
+        listen="tcp://127.0.0.1:7000", peer=(), inbound=(), listen_class="remote", multicast=(), key_file=None,
+        key_seed="00" * 32, admin="off", metrics="off", events=None, run_id="adhoc", name=None, ready_file=None,
+        max_frame_bytes=65_535, flow_queue_frames=64, userspace_shaping=False, shaping_seed=None, stats_interval_s=10.0,
+        handshake_timeout_s=10.0, keepalive_interval_s=3.0, read_timeout_s=5.0, write_timeout_s=3.0, backoff_max_s=30.0,
+        hop_limiting=False, broadcasts=True,
+    )  # fmt: skip
+    assert build_config(**opts).listen == HostPort("127.0.0.1", 7000)
+    result = CliRunner().invoke(node_command, ["--listen", "tcp://127.0.0.1", "--admin", "off", "--metrics", "off"])
+    assert result.exit_code == 2 and "--listen 'tcp://127.0.0.1': no port" in result.output
 
 
 def test_peer_uri_classes_and_shaping() -> None:

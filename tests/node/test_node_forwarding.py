@@ -117,7 +117,7 @@ async def test_forwarding_cache_matches_the_router_byte_for_byte(seed: int) -> N
     assert nodes[1].fast_forwards == 0
     assert fast == slow
     assert sum(len(v) for v in fast.values()) > 500
-    assert nodes[0].drops == nodes[1].drops
+    assert nodes[0].counters.drops == nodes[1].counters.drops
     assert nodes[0].router.counters == nodes[1].router.counters
 
 
