@@ -13,9 +13,6 @@
   passes every frame through a :class:`netem.userspace.LinkShaper` and holds it
   until its delivery time.
 
-:func:`transit_key` and :func:`splice_watermark` work on a frame's raw bytes
-for the node's forwarding cache (transit traffic skips decode and encode).
-
 A peer ends for one reason, :attr:`PeerConn.reason` (a bounded slug such as
 ``read_timeout``, ``eof``, ``bad_magic``, ``oversize``, or whatever the node
 passed to :meth:`PeerConn.close`).
@@ -25,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -50,8 +46,6 @@ __all__ = [
     "PeerClosed",
     "PeerConn",
     "handshake",
-    "splice_watermark",
-    "transit_key",
 ]
 
 log = logging.getLogger("snekbed.node.peer")
@@ -63,64 +57,6 @@ RECV_BYTES = 65_536
 WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all
 SLICE_FRAMES = 32  # frames handed to the node between checkpoints
 MAX_DELAY_LINE = 100_000  # frames held by userspace shaping (delay only) before dropping
-
-
-_PING_PREAMBLE = b"pineping"
-_LEN = struct.Struct(">H")
-
-
-def transit_key(raw: bytes, own: bytes) -> tuple[bytes, int, int, bytes, bytes] | None:
-    """Parse a Traffic frame just enough to look up the forwarding cache.
-
-    Returns (decision key, watermark start, watermark end, destination key,
-    source key), or None when the frame must take the full path: addressed to
-    us, a ping (its hop count changes on the way), non-zero version/extra bytes,
-    multi-byte coordinate ports or a non-minimal watermark sequence (the
-    encoder would rewrite those bytes), or anything that does not add up. The
-    key is the destination coordinates (tree routing) or the destination key
-    plus the raw watermark (SNEK routing): what the router's decision depends on.
-    """
-    n = len(raw)
-    if n < 80 or raw[4] or raw[6]:
-        return None
-    dcl = (raw[12] << 8) | raw[13]
-    i = 14 + dcl
-    if i + 2 > n or (dcl and max(raw[14:i]) >= 0x80):
-        return None
-    scl = (raw[i] << 8) | raw[i + 1]
-    j = i + 2 + scl
-    ke = j + 64
-    if ke > n or (scl and max(raw[i + 2 : j]) >= 0x80):
-        return None
-    dst = raw[j : j + 32]
-    if dst == own:
-        return None
-    if dcl:
-        wm_end = ke
-        key = raw[12:i]
-    else:
-        e = ke + 32
-        if e >= n or raw[e] == 0x80:
-            return None
-        lim = min(n, e + 10)
-        while raw[e] >= 0x80:
-            e += 1
-            if e >= lim:
-                return None
-        wm_end = e + 1
-        key = raw[ke:wm_end] + dst
-    if n - wm_end != (raw[10] << 8) | raw[11] or raw[wm_end : wm_end + 8] == _PING_PREAMBLE:
-        return None
-    return key, ke, wm_end, dst, raw[j + 32 : ke]
-
-
-def splice_watermark(raw: bytes, start: int, end: int, wm: bytes | None) -> bytes:
-    """``raw`` with bytes start..end replaced by ``wm`` (None: unchanged), the length field fixed."""
-    if wm is None:
-        return raw
-    if len(wm) == end - start:
-        return raw[:start] + wm + raw[end:]
-    return raw[:8] + _LEN.pack(len(raw) - (end - start) + len(wm)) + raw[10:start] + wm + raw[end:]
 
 
 class HandshakeFailed(Exception):

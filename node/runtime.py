@@ -2,11 +2,13 @@
 
 Everything that touches protocol state runs synchronously between two awaits
 (trio is single-threaded), so the router needs no lock: a peer's reader hands
-its frames to :meth:`Node._on_frames`, which feeds the router and then drains
-the router's outputs (:meth:`Node._dispatch`):
+its raw frames to :meth:`Node._on_frames`, which feeds the router
+(``Router.bytes_received``: transit Traffic takes the core's fast path) and then
+drains the router's outputs in one call (``Router.drain``, in :meth:`Node._dispatch`):
 
-* ``outbox``: encoded once, queued on the peer's protocol queue or its traffic
-  fair queue; the peer's writer sends protocol frames first, in batches;
+* ``sends``: frames (encoded once here) or already-encoded transit bytes, queued on
+  the peer's protocol queue or its traffic fair queue; the peer's writer sends
+  protocol frames first, in batches;
 * ``disconnects``: the router already forgot the peer; its stream is closed;
 * ``delivered``: application traffic (the load sink of the benchmark,
   :mod:`node.load`; anything else is counted and discarded: a node has no
@@ -14,7 +16,7 @@ the router's outputs (:meth:`Node._dispatch`):
 * ``events``: written to the event log (schema v1), counted for metrics; a kind
   the schema does not know is counted (``snek_events_unknown_total``) and logged
   once at warning level;
-* ``ping.results``: handed to whoever waits in :meth:`Node.ping` (:mod:`node.pings`).
+* ``ping_results``: handed to whoever waits in :meth:`Node.ping` (:mod:`node.pings`).
 
 One timer task sleeps until ``router.next_deadline()``; any input that moves
 that deadline earlier wakes it.
@@ -32,7 +34,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -45,13 +47,13 @@ from node.core import wire
 from node.core.crypto import derive_seed
 from node.core.errors import MalformedFrame
 from node.core.ping import PingResult
-from node.core.router import Router
-from node.core.snek import EXPIRY_S
+from node.core.router import Encoded, Router
+from node.core.state import Send
 from node.core.types import Frame, LinkType
 from node.events import EventLog, FrameStats
 from node.load import LOAD_HEADER_LEN, LOAD_MAGIC, LoadEndpoint
 from node.metrics import NodeMetrics
-from node.peer import NTYPES, PeerClosed, PeerConn, splice_watermark, transit_key
+from node.peer import NTYPES, PeerClosed, PeerConn
 from node.peering import Connect, Peering
 from node.pings import Pinger
 from node.transports import tcp
@@ -61,8 +63,6 @@ __all__ = ["Node", "snekbed_version"]
 
 log = logging.getLogger("snekbed.node")
 
-_FWD_CACHE_MAX = 4096
-_ROUTER_CACHE_MAX = 20_000
 
 
 def snekbed_version() -> str:
@@ -105,11 +105,6 @@ class Node:
         self.counters = ShellCounters()  # the shell's own (the router keeps its own in router.counters)
         self.frame_stats = FrameStats(now, NTYPES)
         self._router_drops_seen: Counter[tuple] = Counter()
-        # forwarding cache: (from port, transit key) -> (next port, watermark bytes or None); see _on_frames
-        self._fwd: dict[tuple, tuple[int, bytes | None]] = {}
-        self._fwd_until = float("inf")
-        self._fwd_enabled = not cfg.hop_limiting
-        self.fast_forwards = 0
         self.peering = Peering(self, connect, rng=rng)
         self.pinger = Pinger(self.router, self.flush)
         self.load = LoadEndpoint(self.router.send_traffic, self.flush)
@@ -163,7 +158,6 @@ class Node:
             return None
         peer.close(reason)
         self.counters.disconnects[reason] += 1
-        self._fwd_clear()
         self.router.remove_peer(port, trio.current_time(), reason)
         self._dispatch()
         return peer
@@ -180,7 +174,6 @@ class Node:
     def attach(self, key: bytes, link: LinkSpec, stream: trio.abc.Stream, remote: str, leftover: bytes) -> PeerConn | None:
         """Give an authenticated stream a port and a PeerConn (§3.6); None when all 253 ports are in use."""
         cfg = self.cfg
-        self._fwd_clear()
         port = self.router.add_peer(key, link.link_type, trio.current_time())
         if port is None:
             self.counters.disconnects["ports_full"] += 1
@@ -204,7 +197,6 @@ class Node:
             del self.peers[port]
             peer.close(peer.reason or "internal_error")
             self.counters.disconnects[peer.reason] += 1
-            self._fwd_clear()
             self.router.remove_peer(port, trio.current_time(), peer.reason)
             self._dispatch()
         self._fold_peer(peer)
@@ -212,7 +204,6 @@ class Node:
     def stop_peers(self, reason: str) -> None:
         """The node is stopping: no more dials, every peer closed with ``reason``, the router told."""
         self.stopping = True
-        self._fwd_clear()
         self.peering.cancel_dialers()
         now = trio.current_time()
         for port in sorted(self.peers):
@@ -231,124 +222,66 @@ class Node:
     # ================================================================ the hot path
 
     def _on_frames(self, peer: PeerConn, frames: list[tuple[int, bytes]]) -> None:
-        """Feed complete frames from ``peer`` to the router. Raises PeerClosed for a malformed frame.
+        """Hand complete frames from ``peer`` to the router, then drain it. Raises PeerClosed for a malformed frame.
 
-        Transit Traffic whose routing decision is in the forwarding cache skips
-        decode, router and encode: its bytes go straight to the next peer's
-        queue with the cached watermark spliced in (see :func:`node.peer.transit_key`).
+        The router parses them (transit Traffic takes its fast path: :mod:`node.core.forward`).
         """
-        r = self.router
-        port = peer.port
-        now = trio.current_time()
-        decode = wire.decode_frame
-        fwd = self._fwd
-        if fwd and now >= self._fwd_until:
-            fwd.clear()
-        fast = self._fwd_enabled
-        own = self.key
         try:
-            for t, raw in frames:
-                if t != 3:
-                    if fwd:
-                        fwd.clear()  # any other frame may change routing state
-                    r.frame_received(port, decode(raw), now)
-                    continue
-                tr = transit_key(raw, own) if fast else None
-                if tr is None:
-                    r.frame_received(port, decode(raw), now)
-                    continue
-                key = (port, tr[0])
-                hit = fwd.get(key)
-                if hit is not None:
-                    out = self.peers.get(hit[0])
-                    if out is not None and not out.closed:
-                        if r.outbox:
-                            self._dispatch()  # keep frame order: earlier slow-path frames go first
-                        out.push_traffic(splice_watermark(raw, tr[1], tr[2], hit[1]), tr[4], tr[3])
-                        self.fast_forwards += 1
-                        continue
-                f = decode(raw)
-                before = len(r.outbox)
-                r.frame_received(port, f, now)
-                if len(r.outbox) == before + 1:
-                    self._learn(key, f, r.outbox[-1])
+            self.router.bytes_received(peer.port, frames, trio.current_time())
         except MalformedFrame as exc:
             self._on_drop(exc.frame_type if exc.frame_type is not None else -1, exc.reason, 1)
             self._dispatch()
             raise PeerClosed(exc.reason, str(exc)) from None
         self._dispatch()
 
-    def _learn(self, key: tuple, f: Frame, out: tuple[int, Frame]) -> None:
-        """Cache the router's decision for a transit frame when forwarding changed nothing but the watermark."""
-        port, of = out
-        if not (of.type == 3 and of.payload is f.payload and of.source_key is f.source_key
-                and of.destination_key is f.destination_key and of.hop_limit == f.hop_limit):  # fmt: skip
-            return
-        if f.destination_coords:
-            if of.destination_coords is not f.destination_coords or of.watermark is not f.watermark:
-                return  # fell back from tree to SNEK routing: not cached
-            wm = None
-        elif of.destination_coords:
-            return
-        else:
-            wm = of.watermark.key + wire.encode_varu64(of.watermark.seq)
-        fwd = self._fwd
-        if not fwd:  # first entry since the last change: valid until the oldest route expires
-            self._fwd_until = min((e.last_seen for e in self.router.table), default=float("inf")) + EXPIRY_S
-        if len(fwd) >= _FWD_CACHE_MAX:
-            fwd.clear()
-        fwd[key] = (port, wm)
-
-    def _fwd_clear(self) -> None:
-        self._fwd.clear()
-
     def flush(self) -> None:
         """Drain the router's outputs now (after calling the router directly, e.g. ``router.send_traffic``)."""
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Drain every router output (see the module docstring)."""
+        """Drain every router output (see the module docstring) with :meth:`Router.drain`."""
         r = self.router
         for _ in range(8):  # delivering (load acks) may feed the router again; bounded
-            if r.outbox:
-                out, r.outbox = r.outbox, []
-                peers = self.peers
-                encode = wire.encode_frame
-                for port, f in out:
-                    p = peers.get(port)
-                    if p is None or p.closed:
-                        self._on_drop(f.type, "peer_gone", 1)
-                        continue
-                    try:
-                        data = encode(f)
-                    except ValueError:
-                        self._on_drop(f.type, "unencodable", 1)
-                        continue
-                    if f.type == 3:
-                        p.push_traffic(data, f.source_key, f.destination_key)
-                    else:
-                        p.push_protocol(f.type, data)
-            if r.disconnects:
-                self._fwd_clear()
-                ds, r.disconnects = r.disconnects, []
-                for port, reason in ds:
-                    p = self.peers.pop(port, None)
-                    if p is not None:
-                        log.info("router dropped peer %d (%s): %s", port, p.key.hex()[:16], reason)
-                        p.close(reason)
-            if r.events:
-                evs, r.events = r.events, []
-                self._on_events(evs)
-            if r.ping.results:
-                res, r.ping.results = r.ping.results, []
-                self._on_ping_results(res)
-            if r.delivered:
-                dl, r.delivered = r.delivered, []
-                self._on_delivered(dl)
+            out = r.drain()
+            if out.sends:
+                self._send(out.sends)
+            for port, reason in out.disconnects:
+                p = self.peers.pop(port, None)
+                if p is not None:
+                    log.info("router dropped peer %d (%s): %s", port, p.key.hex()[:16], reason)
+                    p.close(reason)
+            if out.events:
+                self._on_events(out.events)
+            if out.ping_results:
+                self._on_ping_results(out.ping_results)
+            if out.delivered:
+                self._on_delivered(out.delivered)
                 continue
             break
         if r.next_deadline() < self._timer_deadline:
             self._timer_lot.unpark_all()
+
+    def _send(self, sends: Sequence[Send]) -> None:
+        """Queue the router's sends: Traffic on the peer's fair queue, the rest on its protocol queue."""
+        peers = self.peers
+        encode = wire.encode_frame
+        for port, f in sends:
+            p = peers.get(port)
+            if p is None or p.closed:
+                self._on_drop(f.type, "peer_gone", 1)
+                continue
+            if type(f) is Encoded:  # transit fast path: already in wire form
+                p.push_traffic(f.data, f.source_key, f.destination_key)
+                continue
+            try:
+                data = encode(f)
+            except ValueError:
+                self._on_drop(f.type, "unencodable", 1)
+                continue
+            if f.type == 3:
+                p.push_traffic(data, f.source_key, f.destination_key)
+            else:
+                p.push_protocol(f.type, data)
 
     async def _timer_loop(self) -> None:
         r = self.router
@@ -360,21 +293,8 @@ class Node:
             self._timer_deadline = float("-inf")  # inputs during handle_timer need no wakeup
             now = trio.current_time()
             if now >= r.next_deadline():
-                self._fwd_clear()
                 r.handle_timer(now)
                 self._dispatch()
-                self._bound_router_caches()
-
-    def _bound_router_caches(self) -> None:
-        """Keep the router's per-source caches bounded between its own sweeps (60 s / 180 s; checked every tick):
-        a flood from many made-up source keys would otherwise grow them at the flood's rate.
-        Both are caches; dropping the oldest records only costs a later re-learn."""
-        r = self.router
-        for cache in (r.coords_cache, r.broadcast_seen):
-            if len(cache) > _ROUTER_CACHE_MAX:
-                keep = sorted(cache.items(), key=lambda kv: kv[1][1])[-_ROUTER_CACHE_MAX // 2 :]
-                cache.clear()
-                cache.update(keep)
 
 
     # ================================================================ router outputs other than frames
@@ -383,7 +303,7 @@ class Node:
         self.counters.drops[(frame_type_name(ftype), reason)] += n
         self.events.count_drop(ftype, reason, n)
 
-    def _on_events(self, evs: list[tuple[str, dict[str, Any]]]) -> None:
+    def _on_events(self, evs: Sequence[tuple[str, dict[str, Any]]]) -> None:
         emit = self.events.emit
         counts = self.counters.events
         for kind, fields in evs:
@@ -407,14 +327,14 @@ class Node:
                         "(counted in snek_events_unknown_total; first fields: %s)", kind, sorted(fields))  # fmt: skip
         unknown[kind] += 1
 
-    def _on_delivered(self, frames: list[Frame]) -> None:
+    def _on_delivered(self, frames: Sequence[Frame]) -> None:
         for f in frames:
             self.counters.delivered_frames += 1
             p = f.payload
             if len(p) >= LOAD_HEADER_LEN and p[:8] == LOAD_MAGIC:
                 self.load.on_payload(f.source_key, p)
 
-    def _on_ping_results(self, results: list[PingResult]) -> None:
+    def _on_ping_results(self, results: Sequence[PingResult]) -> None:
         for res in results:
             self.counters.pings[(res.mode, "received" if res.received else "lost")] += 1
             if res.received and res.rtt_s is not None:

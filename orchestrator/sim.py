@@ -175,9 +175,9 @@ class _Sim:
         samples = []
         results = {}
         for name, sn in self.net.nodes.items():
-            for res in sn.router.ping.results:
+            for res in sn.ping_results:
                 results[(name, self.names_by_key.get(res.target))] = res
-            sn.router.ping.results.clear()
+            sn.ping_results.clear()
         for a, b, shortest in sent:
             res = results.get((a, b))
             ok = res is not None and res.received

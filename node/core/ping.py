@@ -9,14 +9,12 @@ the same ``hops`` and sends it back as new traffic.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from . import wire
 from .types import Frame
-
-if TYPE_CHECKING:
-    from .router import Router
 
 __all__ = ["PingService", "PingResult", "PING", "PONG", "PING_TIMEOUT_S"]
 
@@ -49,8 +47,21 @@ class _Pending:
 class PingService:
     """At most one outstanding ping per target, 5 s timeout (as the reference simulator)."""
 
-    def __init__(self, router: Router) -> None:
-        self.router = router
+    def __init__(
+        self,
+        key: bytes,
+        counters: Counter[tuple],
+        send_traffic: Callable[..., None],
+        emit: Callable[..., None],
+        deadline_changed: Callable[[], None],
+    ) -> None:
+        """``send_traffic(dest, payload, now, coords=...)`` originates Traffic (§6.6); ``emit(kind, **fields)``
+        logs an event; ``deadline_changed()`` tells the router that :meth:`next_deadline` moved."""
+        self.key = key
+        self.counters = counters
+        self._send_traffic = send_traffic
+        self._emit = emit
+        self._deadline_changed = deadline_changed
         self.pending: dict[bytes, _Pending] = {}
         self.results: list[PingResult] = []
 
@@ -70,9 +81,9 @@ class PingService:
         if target in self.pending:
             return False
         self.pending[target] = _Pending(mode, now, now + timeout_s)
-        self.router._recompute_deadline()
-        payload = wire.encode_ping(PING, 1, self.router.key, target)
-        self.router.send_traffic(target, payload, now, coords=() if mode == "snek" else coords)
+        self._deadline_changed()
+        payload = wire.encode_ping(PING, 1, self.key, target)
+        self._send_traffic(target, payload, now, coords=() if mode == "snek" else coords)
         return True
 
     def on_forward(self, frame: Frame) -> Frame:
@@ -88,20 +99,19 @@ class PingService:
         if parsed is None:
             return False
         kind, hops, origin, dest = parsed
-        r = self.router
         if kind == PING:
-            if dest == r.key and frame.destination_key == r.key:
+            if dest == self.key and frame.destination_key == self.key:
                 pong = wire.encode_ping(PONG, hops, origin, dest)
-                r.send_traffic(origin, pong, now)
+                self._send_traffic(origin, pong, now)
             else:
-                r.counters[("ping_misdelivered",)] += 1
+                self.counters[("ping_misdelivered",)] += 1
             return True
-        if origin != r.key:
-            r.counters[("pong_misdelivered",)] += 1
+        if origin != self.key:
+            self.counters[("pong_misdelivered",)] += 1
             return True
         pend = self.pending.pop(dest, None)
         if pend is None:
-            r.counters[("pong_late",)] += 1
+            self.counters[("pong_late",)] += 1
             return True
         self._record(PingResult(dest, pend.mode, pend.sent_at, True, now - pend.sent_at, hops))
         return True
@@ -118,7 +128,7 @@ class PingService:
 
     def _record(self, res: PingResult) -> None:
         self.results.append(res)
-        self.router._emit(
+        self._emit(
             "ping_result",
             target=res.target.hex(),
             mode=res.mode,

@@ -18,16 +18,12 @@ offered it; an exact match (non-bootstrap) beats everything and sticks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from .state import PeerState
 from .types import LOCAL_PORT, Root, Watermark
-
-if TYPE_CHECKING:
-    from .router import PeerState
 
 __all__ = ["Entry", "RoutingTable", "NextHop", "SnekView", "next_hop_reference", "EXPIRY_S", "ordered"]
 

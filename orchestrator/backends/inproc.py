@@ -23,7 +23,8 @@ import trio
 
 from node.core import wire
 from node.core.crypto import Identity, derive_seed
-from node.core.router import Router, Timers
+from node.core.ping import PingResult
+from node.core.router import Encoded, Router, Timers
 from node.core.types import Frame, LinkType
 
 __all__ = ["InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
@@ -61,6 +62,7 @@ class SimNode:
     alive: bool = True
     timer_at: float = math.inf
     ends: dict[int, LinkEnd] = field(default_factory=dict)  # local port -> outgoing end
+    ping_results: list[PingResult] = field(default_factory=list)  # finished pings, for whoever started them
 
     @property
     def key(self) -> bytes:
@@ -232,11 +234,13 @@ class InprocNetwork:
                 node = self.nodes[end.peer]
                 if not node.alive:
                     continue
-                if self.wire_bytes:
-                    frame = wire.decode_frame(frame)
                 if self.on_frame is not None:
-                    self.on_frame(node, "received", frame, end.link_class, t)
-                node.router.frame_received(end.peer_port, frame, t)
+                    self.on_frame(node, "received", wire.decode_frame(frame) if self.wire_bytes else frame,
+                                  end.link_class, t)  # fmt: skip
+                if self.wire_bytes:  # the bytes take the TCP node's path, transit fast path included
+                    node.router.bytes_received(end.peer_port, [(frame[5], frame)], t)
+                else:
+                    node.router.frame_received(end.peer_port, frame, t)
                 self.frames_delivered += 1
                 self._flush(node)
             elif kind == _TIMER:
@@ -256,45 +260,39 @@ class InprocNetwork:
             self.now = t_end
 
     def _flush(self, node: SimNode) -> None:
-        """Move a router's outputs onto links, observers and its timer."""
-        r = node.router
+        """Move a router's outputs (one :meth:`Router.drain`) onto links, observers and its timer."""
+        out = node.router.drain()
         now = self.now
-        if r.outbox:
-            out, r.outbox = r.outbox, []
-            for port, frame in out:
-                end = node.ends.get(port)
-                if end is None or not end.up:
-                    continue
-                data: Any = frame
-                size = 0
-                if self.wire_bytes:
-                    data = wire.encode_frame(frame)
-                    size = len(data)
-                elif end.sized:
-                    size = len(wire.encode_frame(frame))
-                if self.on_frame is not None:
-                    self.on_frame(node, "sent", frame, end.link_class, now)
-                arrival = end.shaper(now, size or 64)
-                if arrival is None:
-                    continue  # lost on the link
-                # A peering is a reliable ordered stream: never overtake the previous frame.
-                arrival = max(arrival, end.last_arrival)
-                end.last_arrival = arrival
-                heapq.heappush(self._heap, (arrival, next(self._tie), _FRAME, (end, data)))
-        if r.disconnects:
-            gone, r.disconnects = r.disconnects, []
-            for port, reason in gone:
-                end = node.ends.get(port)
-                if end is not None:
-                    self.disconnect(end.link_id, reason)
-        if r.events:
-            evs, r.events = r.events, []
-            if self.on_event is not None:
-                for kind, fields in evs:
-                    self.on_event(node, kind, fields, now)
-        if r.delivered:
-            r.delivered.clear()
-        d = r.next_deadline()
+        for port, item in out.sends:
+            end = node.ends.get(port)
+            if end is None or not end.up:
+                continue
+            data: Any = item
+            size = 0
+            if self.wire_bytes:
+                data = item.data if type(item) is Encoded else wire.encode_frame(item)
+                size = len(data)
+            elif end.sized:
+                size = len(wire.encode_frame(item))  # no Encoded without wire bytes: bytes_received is unused
+            if self.on_frame is not None:
+                self.on_frame(node, "sent", wire.decode_frame(data) if type(item) is Encoded else item, end.link_class, now)
+            arrival = end.shaper(now, size or 64)
+            if arrival is None:
+                continue  # lost on the link
+            # A peering is a reliable ordered stream: never overtake the previous frame.
+            arrival = max(arrival, end.last_arrival)
+            end.last_arrival = arrival
+            heapq.heappush(self._heap, (arrival, next(self._tie), _FRAME, (end, data)))
+        if out.events and self.on_event is not None:
+            for kind, fields in out.events:
+                self.on_event(node, kind, fields, now)
+        if out.ping_results:
+            node.ping_results.extend(out.ping_results)
+        for port, reason in out.disconnects:  # after the events: the disconnect's own events come later
+            end = node.ends.get(port)
+            if end is not None:
+                self.disconnect(end.link_id, reason)
+        d = out.next_deadline
         if d < node.timer_at:
             node.timer_at = d
             heapq.heappush(self._heap, (d, next(self._tie), _TIMER, node))

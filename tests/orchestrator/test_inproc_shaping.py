@@ -40,7 +40,7 @@ async def test_bluetooth_link_rtt_matches_its_class(autojump_clock) -> None:
         assert a.ping.start(b.key, net.now, mode="snek")
         net._flush(net.nodes["a"])
         await net.run_until(net.now + 1.0)
-        res = a.ping.results.pop()
+        res = net.nodes["a"].ping_results.pop()
         assert res.received
         rtts.append(res.rtt_s * 1000)
     # one ping frame each way: serialisation at the class rate plus the one-way delay, twice
@@ -90,7 +90,7 @@ async def test_next_hop_prefers_the_faster_link_class(autojump_clock) -> None:
     assert a.ping.start(b.key, net.now, mode="snek")
     net._flush(net.nodes["a"])
     await net.run_until(net.now + 1.0)
-    res = a.ping.results.pop()
+    res = net.nodes["a"].ping_results.pop()
     assert res.received and res.rtt_s * 1000 < 5.0, res
 
 

@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from node.core import router as router_module
 from node.core import wire
 from node.core.crypto import Identity, derive_seed
-from node.core.router import PeerState, Router
+from node.core.announce import ParsedAnnouncement
+from node.core.router import Router
 from node.core.snek import NextHop
+from node.core.state import PeerState
 from node.core.types import (
     BROADCAST_HOP_LIMIT,
     INITIAL_WATERMARK,
@@ -192,13 +193,11 @@ def peer_state(
 
     Only for states the Router cannot be driven into (say so at the call
     site). Goes through ``PeerState.store`` so the derived fields stay
-    consistent, whichever of its two input shapes the router currently takes.
+    consistent.
     """
     q = PeerState(port, key, link_type, up=up)
     if ann is not None:
-        parsed_cls = getattr(router_module, "ParsedAnnouncement", None)
-        parsed = parsed_cls.full(ann, wire.encode_announcement(ann)) if parsed_cls is not None else ann
-        q.store(parsed, received_at, order)
+        q.store(ParsedAnnouncement.full(ann, wire.encode_announcement(ann)), received_at, order)
     return q
 
 

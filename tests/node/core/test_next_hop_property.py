@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from routerkit import Net, identities, peer_state
 
-from node.core.router import PeerState
+from node.core.state import PeerState
 from node.core.snek import (
     NONE_PORT,
     Entry,

@@ -22,7 +22,7 @@ from routerkit import (
 )
 
 from node.core import wire
-from node.core.router import PeerState
+from node.core.state import PeerState
 from node.core.snek import (
     NONE_PORT,
     Entry,

@@ -20,7 +20,7 @@ from routerkit import (
     with_bad_signature,
 )
 
-from node.core.router import tree_distance
+from node.core.state import tree_distance
 from node.core.types import LOCAL_PORT, Announcement, Frame, FrameType, LinkType, Root
 
 K = identities(10)

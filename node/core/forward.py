@@ -1,0 +1,224 @@
+"""Traffic forwarding (PROTOCOL.md §6.5, §6.6) and the transit fast path.
+
+:class:`ForwardMixin` is one of the parts :class:`node.core.router.Router` is made of. It owns the
+coordinates cache (§6.6) and the transit cache.
+
+**The transit fast path.** :meth:`ForwardMixin.bytes_received` takes frames as a stream reader splits
+them, ``(type, whole frame bytes)``. A Traffic frame passing through (not for us, not a ping, and laid
+out exactly as our encoder would write it: :func:`transit_key`) is looked up in the transit cache by
+(arrival port, what the routing decision depends on); on a hit its bytes go to the outbox with the
+cached watermark spliced in (:func:`splice_watermark`), with no decode, no decision and no encode.
+Anything else is decoded and takes :meth:`~node.core.router.Router.frame_received`; a transit frame
+whose forwarding changed nothing but its watermark teaches the cache that decision (:meth:`_learn`).
+
+The cache is correct because Traffic is the only input that leaves routing state alone: the router
+empties it on every other input (any other frame type, a timer, a peer coming or going, a reset), and
+an entry never outlives the oldest route the SNEK variant could have used (``routes_valid_until``).
+Hop limiting (every hop rewrites the hop limit) turns the fast path off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import wire
+from .codec import U16
+from .state import Encoded, with_watermark
+from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType
+
+__all__ = ["TRANSIT_CACHE_MAX", "ForwardMixin", "TransitCache", "splice_watermark", "transit_key"]
+
+TRANSIT_CACHE_MAX = 4096
+_TRAFFIC = int(FrameType.TRAFFIC)
+_PING_PREAMBLE = wire.PING_PREAMBLE
+_LEN = U16
+
+
+def transit_key(raw: bytes, own: bytes) -> tuple[bytes, int, int, bytes, bytes] | None:
+    """Parse a Traffic frame just enough to look up the forwarding cache.
+
+    Returns (decision key, watermark start, watermark end, destination key,
+    source key), or None when the frame must take the full path: addressed to
+    us, a ping (its hop count changes on the way), non-zero version/extra bytes,
+    multi-byte coordinate ports or a non-minimal watermark sequence (the
+    encoder would rewrite those bytes), or anything that does not add up. The
+    key is the destination coordinates (tree routing) or the destination key
+    plus the raw watermark (SNEK routing): what the router's decision depends on.
+    """
+    n = len(raw)
+    if n < 80 or raw[4] or raw[6]:
+        return None
+    dcl = (raw[12] << 8) | raw[13]
+    i = 14 + dcl
+    if i + 2 > n or (dcl and max(raw[14:i]) >= 0x80):
+        return None
+    scl = (raw[i] << 8) | raw[i + 1]
+    j = i + 2 + scl
+    ke = j + 64
+    if ke > n or (scl and max(raw[i + 2 : j]) >= 0x80):
+        return None
+    dst = raw[j : j + 32]
+    if dst == own:
+        return None
+    if dcl:
+        wm_end = ke
+        key = raw[12:i]
+    else:
+        e = ke + 32
+        if e >= n or raw[e] == 0x80:
+            return None
+        lim = min(n, e + 10)
+        while raw[e] >= 0x80:
+            e += 1
+            if e >= lim:
+                return None
+        wm_end = e + 1
+        key = raw[ke:wm_end] + dst
+    if n - wm_end != (raw[10] << 8) | raw[11] or raw[wm_end : wm_end + 8] == _PING_PREAMBLE:
+        return None
+    return key, ke, wm_end, dst, raw[j + 32 : ke]
+
+
+def splice_watermark(raw: bytes, start: int, end: int, wm: bytes | None) -> bytes:
+    """``raw`` with bytes start..end replaced by ``wm`` (None: unchanged), the length field fixed."""
+    if wm is None:
+        return raw
+    if len(wm) == end - start:
+        return raw[:start] + wm + raw[end:]
+    return raw[:8] + _LEN.pack(len(raw) - (end - start) + len(wm)) + raw[10:start] + wm + raw[end:]
+
+
+class TransitCache:
+    """(arrival port, transit key) -> (next port, watermark bytes or None), valid until ``until``."""
+
+    __slots__ = ("entries", "until")
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, bytes], tuple[int, bytes | None]] = {}
+        self.until = float("inf")
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+class ForwardMixin:
+    """§6.5 for Traffic, §6.6, and :meth:`bytes_received`. Owns ``coords_cache`` and ``transit``."""
+
+    def bytes_received(self, port: int, frames: list[tuple[int, bytes]], now: float) -> None:
+        """Frames that arrived on ``port``, as ``(type byte, whole frame bytes)``, in order.
+
+        Raises MalformedFrame for a frame that does not decode (the frames before it took effect):
+        the caller drops the peer (§3.7).
+        """
+        transit = self.transit
+        entries = transit.entries
+        if entries and now >= transit.until:
+            entries.clear()
+        fast = not self.hop_limiting and port in self.peers
+        own = self.key
+        decode = wire.decode_frame
+        for t, raw in frames:
+            tr = transit_key(raw, own) if t == _TRAFFIC and fast else None
+            if tr is None:
+                self.frame_received(port, decode(raw), now)
+                continue
+            key = (port, tr[0])
+            hit = entries.get(key)
+            if hit is not None:
+                self.outbox.append((hit[0], Encoded(_TRAFFIC, tr[4], tr[3], splice_watermark(raw, tr[1], tr[2], hit[1]))))
+                self.fast_forwards += 1
+                continue
+            f = decode(raw)
+            outbox = self.outbox
+            before = len(outbox)
+            self.frame_received(port, f, now)
+            if len(self.outbox) == before + 1 and self.outbox is outbox:
+                self._learn(key, f, outbox[-1])
+
+    def _learn(self, key: tuple[int, bytes], f: Frame, out: tuple[int, Frame | Encoded]) -> None:
+        """Cache the decision for a transit frame when forwarding changed nothing but the watermark."""
+        port, of = out
+        if not (type(of) is Frame and of.type == _TRAFFIC and of.payload is f.payload
+                and of.source_key is f.source_key and of.destination_key is f.destination_key
+                and of.hop_limit == f.hop_limit):  # fmt: skip
+            return
+        if f.destination_coords:
+            if of.destination_coords is not f.destination_coords or of.watermark is not f.watermark:
+                return  # fell back from tree to SNEK routing: not cached
+            wm = None
+        elif of.destination_coords:
+            return
+        else:
+            wm = of.watermark.key + wire.encode_varu64(of.watermark.seq)
+        transit = self.transit
+        entries = transit.entries
+        if not entries:  # first entry since the last change: valid until the oldest route expires
+            transit.until = self.snek.routes_valid_until()
+        if len(entries) >= TRANSIT_CACHE_MAX:
+            entries.clear()
+        entries[key] = (port, wm)
+
+    def _sweep_coords_cache(self, now: float) -> None:
+        """§6.6: the 60 s sweep of entries older than the cache lifetime."""
+        self.next_coords_sweep = now + self.t.coords_cache_sweep_s
+        life = self.t.coords_cache_lifetime_s
+        self.coords_cache = {k: v for k, v in self.coords_cache.items() if now - v[1] < life}
+
+    def send_traffic(
+        self, dest: bytes, payload: bytes, now: float, *, coords: tuple[int, ...] | None = None
+    ) -> None:
+        """§6.6: originate Traffic. ``coords`` forces tree routing to those coordinates."""
+        if coords is None:
+            cached = self.coords_cache.get(dest)
+            if cached is not None and now - cached[1] < self.t.coords_cache_lifetime_s:
+                coords = cached[0]
+        frame = Frame(
+            FrameType.TRAFFIC,
+            hop_limit=MAX_HOP_LIMIT,
+            destination_key=dest,
+            source_key=self.key,
+            destination_coords=coords or (),
+            source_coords=self.coords,
+            payload=payload,
+        )
+        self._forward_traffic(frame, LOCAL_PORT, now)
+        self._after(now)
+
+    def _forward_traffic(self, frame: Frame, from_port: int, now: float) -> None:
+        """§6.5 for Traffic (received, or originated with from_port = LOCAL_PORT)."""
+        if frame.destination_key == self.key:
+            if frame.source_coords:
+                cache = self.coords_cache
+                if len(cache) >= self.max_cached and frame.source_key not in cache:
+                    del cache[next(iter(cache))]  # oldest insertion first: bounded under a flood of sources
+                cache[frame.source_key] = (frame.source_coords, now)
+            self._deliver(frame, now)
+            return
+        port = None
+        wm = frame.watermark
+        if frame.destination_coords:
+            port = self.tree_next_hop(frame.destination_coords, from_port)
+            if port is None:
+                frame = replace(frame, destination_coords=())
+        if port is None:
+            nh = self.snek.next_hop(frame.destination_key, False, frame.watermark, now)
+            port, wm = nh.port, nh.watermark
+        if self.hop_limiting:
+            if frame.hop_limit <= 1:
+                self.counters[("frame_dropped", FrameType.TRAFFIC, "hop_limit")] += 1
+                return
+            frame = replace(frame, hop_limit=frame.hop_limit - 1)
+        if port == from_port or wm.worse_than(frame.watermark):
+            self.counters[("frame_dropped", FrameType.TRAFFIC, "loop" if port == from_port else "watermark")] += 1
+            return
+        if wm != frame.watermark:
+            frame = with_watermark(frame, wm)
+        if port == LOCAL_PORT:
+            self._deliver(frame, now)
+            return
+        frame = self.ping.on_forward(frame)
+        self.outbox.append((port, frame))
+
+    def _deliver(self, frame: Frame, now: float) -> None:
+        if not self.ping.on_delivered(frame, now):
+            self.delivered.append(frame)

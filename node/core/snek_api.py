@@ -1,0 +1,95 @@
+"""The seam between the router and a SNEK variant (PROTOCOL.md §6, §7).
+
+The router picks one :class:`SnekStrategy` at construction (``Router(..., snek="snek")``, see
+:data:`node.core.router.SNEK_VARIANTS`) and never asks which one it got. A variant owns its routing
+state and the frame types of its own messages (the reference: Bootstrap, type 2; the older variant of
+§7: types 0xE0-0xE3, and it drops type 2); the tree (§5), Traffic forwarding (§6.5) and broadcasts (§6.8)
+stay in the router and ask the variant only for :meth:`SnekStrategy.next_hop`.
+
+A variant is built as ``factory(host, now)`` where ``host`` is the router seen through
+:class:`SnekHost`: the state a variant may read and the outputs it may write.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sized
+from typing import Any, Protocol
+
+from .crypto import Identity
+from .snek import NextHop
+from .state import PeerState, Send, Timers
+from .types import Frame, Root, Watermark
+
+__all__ = ["RouteEntry", "SnekFactory", "SnekHost", "SnekStrategy"]
+
+
+class SnekHost(Protocol):
+    """The router, as a SNEK variant sees it."""
+
+    key: bytes
+    identity: Identity
+    t: Timers
+    peers: dict[int, PeerState]
+    parent: int | None
+    outbox: list[Send]
+    counters: Counter[tuple]
+    detail_events: bool
+    max_routes: int
+
+    @property
+    def root(self) -> Root: ...
+
+    def wall_ms(self, now: float) -> int: ...
+
+    def emit(self, kind: str, **fields: Any) -> None: ...
+
+
+class RouteEntry(Protocol):
+    """What the router reads of a routing-table entry (the descending entry, the state document)."""
+
+    key: bytes
+    last_seen: float
+
+
+class SnekTable(Sized, Iterable[Any], Protocol):
+    """A variant's routing table: the router only counts it."""
+
+
+class SnekStrategy(Protocol):
+    """One SNEK variant: its routing state, its messages, its next-hop rule."""
+
+    #: frame types this variant handles in :meth:`frame_received` (any other non-Traffic type is the router's)
+    frame_types: frozenset[int]
+    table: SnekTable
+    descending: RouteEntry | None
+
+    def reset(self, now: float) -> None:
+        """Start-up state, and the full reset of §3.7 step 2 (the last peer went)."""
+
+    def next_hop(self, dest: bytes, bootstrap: bool, wm: Watermark, now: float) -> NextHop:
+        """§6.3 (or the variant's rule): where a frame for ``dest`` goes, and its new watermark."""
+
+    def frame_received(self, port: int, frame: Frame, now: float) -> None:
+        """A frame of one of :attr:`frame_types` arrived on ``port`` (an up peer)."""
+
+    def maintain(self, now: float) -> None:
+        """The maintenance tick (every ``maintain_interval_s``, first at start-up)."""
+
+    def bootstrap_soon(self, now: float) -> None:
+        """The tree says to bootstrap at the next maintenance tick (a parent change, §6.2)."""
+
+    def peers_changed(self) -> None:
+        """A peer came, went, changed its announcement, or the parent changed: drop derived indexes."""
+
+    def peer_removed(self, port: int, now: float) -> None:
+        """``port`` went down (the router has not reset): forget the routes that use it (§3.7)."""
+
+    def routes_valid_until(self) -> float:
+        """The earliest time a route :meth:`next_hop` may use can expire without any input (inf if none)."""
+
+    def next_deadline(self) -> float:
+        """A timer of the variant's own, besides the maintenance tick (inf if none)."""
+
+
+SnekFactory = Callable[[SnekHost, float], SnekStrategy]
