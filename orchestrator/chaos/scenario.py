@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchestrator.topology import NODE_NAME_RE, Loc, TopologyError, _line_of, _pydantic_message, format_loc
@@ -355,7 +356,17 @@ class Scenario(_Model):
     source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The scenario as a document ``parse_scenario_yaml`` reads back (defaults left out)."""
+        doc = self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True,
+                              exclude={"source", "steps"})  # fmt: skip
+        doc["steps"] = [st.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+                        | {"action": st.action} for st in self.steps]  # fmt: skip
+        if self.traffic is not None and "traffic" not in doc:
+            doc["traffic"] = {}
+        return doc
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=120)
 
 
 # -- loading --------------------------------------------------------------------------------------
