@@ -34,6 +34,7 @@ from netem.classes import LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
 from node.core.crypto import Identity, derive_seed
 from node.core.router import Router, Timers
+from node.core.snek import EXPIRY_S
 
 from ..backends.docker_observe import reconvergence_bound_s
 from ..backends.inproc import _FRAME, InprocNetwork, SimNode
@@ -91,6 +92,8 @@ class InprocChaos:
         self._traffic_gen = 0
         self.refused: list[dict[str, Any]] = []
         self.traffic_skipped = 0
+        self._graph: tuple[Any, nx.Graph] | None = None
+        self._changes = 0  # root or descending changes seen (the observer re-decides only after one)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -119,11 +122,15 @@ class InprocChaos:
         return n is not None and n.alive and name not in self.paused
 
     def live_graph(self) -> nx.Graph:
+        stamp = (self.net.topology_version, frozenset(self.paused))
+        if self._graph is not None and self._graph[0] == stamp:
+            return self._graph[1]
         g = nx.Graph()
         g.add_nodes_from(n for n in self.net.nodes if self._live(n))
         for ea, _ in self.net.links.values():
             if self._live(ea.node) and self._live(ea.peer):
                 g.add_edge(ea.node, ea.peer)
+        self._graph = (stamp, g)
         return g
 
     # ------------------------------------------------------------------ observation
@@ -131,8 +138,10 @@ class InprocChaos:
     def _on_event(self, node: SimNode, kind: str, fields: dict[str, Any], now: float) -> None:
         if kind == "root_changed":
             self.tracker.root_changed(node.name, bytes.fromhex(fields["root"]), now)
+            self._changes += 1
         elif kind == "descending_changed":
             self.tracker.descending_changed(node.name, now)
+            self._changes += 1
         if self.on_event is not None:
             self.on_event(node, kind, fields, now)
 
@@ -163,13 +172,31 @@ class InprocChaos:
         tr = self.tracker
         tr.reset(since)
         deadline = since + within_s
+        seen = None
+        next_expiry = -math.inf
         while True:
-            v = tr.observe(self.live_graph(), self._views())
-            if v.snake or self.net.now >= deadline:
+            stamp = (self._changes, self.net.topology_version, frozenset(self.paused))
+            # re-decide after a change, or when a descending entry may have expired since the last look
+            if stamp != seen or self.net.now >= next_expiry:
+                seen = stamp
+                v = tr.observe(self.live_graph(), self._views())
+                if v.snake:
+                    break
+                next_expiry = self._next_descending_expiry()
+            if self.net.now >= deadline:
                 break
             await self.net.run_until(min(self.net.now + OBSERVE_EVERY_S, deadline))
         self._drain_results()
         return Converged(tr.tree_s, tr.snake_s, self.net.now - since)
+
+    def _next_descending_expiry(self) -> float:
+        """When the first descending entry that is valid now stops being valid."""
+        out = math.inf
+        for name, sn in self.net.nodes.items():
+            d = sn.router.descending
+            if d is not None and self._live(name):
+                out = min(out, d.last_seen + EXPIRY_S)
+        return out
 
     def reconvergence_bound_s(self, margin_s: float) -> float:
         return reconvergence_bound_s(self.live_graph(), self.timers or Timers(), margin_s=margin_s)
