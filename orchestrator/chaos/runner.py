@@ -307,9 +307,10 @@ class ChaosRun:
             if rest_at is not None:
                 groups[rest_at] = live - listed
             return [g for g in groups if g]
-        if step.by == "halves":
-            names = sorted(live)
-            return [set(names[: len(names) // 2]), set(names[len(names) // 2 :])]
+        if step.by == "halves":  # a balanced bisection cutting few links (Kernighan-Lin, seeded)
+            g = view.graph.subgraph(live)
+            a, b = nx.algorithms.community.kernighan_lin_bisection(g, seed=self.rng.randrange(2**32))
+            return sorted([set(a), set(b)], key=min)
         if step.by == "root":
             root = view.root()
             return [{root}, live - {root}]

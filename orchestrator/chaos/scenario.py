@@ -193,7 +193,8 @@ class RemoveNode(_NodeStep):
 
 class Partition(_Step):
     """Cut every link between groups. ``groups`` lists node names (``rest`` = everyone not listed), or
-    ``by`` derives two groups: ``halves`` (by sorted name), ``min_cut`` (a minimum edge cut),
+    ``by`` derives two groups: ``halves`` (a balanced bisection that cuts few links, Kernighan-Lin),
+    ``min_cut`` (the smaller side of a minimum edge cut: on a sparse graph often a single leaf),
     ``root`` (the root alone against the rest)."""
 
     action: Literal["partition"]
