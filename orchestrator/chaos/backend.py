@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import networkx as nx
+import trio
 
 from .checker import NodeState, PingOutcome
 
@@ -48,7 +49,9 @@ class ChaosBackend(Protocol):
 
     def now(self) -> float: ...
 
-    async def start(self) -> None: ...
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
+        """Bring the network up; background work (traffic) may run in ``nursery``."""
+        ...
 
     async def stop(self) -> None: ...
 

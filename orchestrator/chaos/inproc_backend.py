@@ -29,6 +29,7 @@ import random
 from typing import Any
 
 import networkx as nx
+import trio
 
 from netem.classes import LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
@@ -100,7 +101,7 @@ class InprocChaos:
     def now(self) -> float:
         return self.net.now
 
-    async def start(self) -> None:
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
         for node in self.net.nodes.values():
             self.net._flush(node)
         for i in range(len(self.specs)):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+import trio
 
 from .backend import ChaosBackend, Converged, TrafficSample
 from .checker import Reconvergence, evaluate, verdict_of
@@ -72,8 +73,17 @@ class ChaosRun:
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> dict[str, Any]:
+        async with trio.open_nursery() as nursery:
+            try:
+                return await self._run(nursery)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self.backend.stop()
+                nursery.cancel_scope.cancel()
+
+    async def _run(self, nursery: trio.Nursery) -> dict[str, Any]:
         b, sc = self.backend, self.scenario
-        await b.start()
+        await b.start(nursery)
         t0 = b.now()
         self.t0 = t0
         if sc.traffic is not None:
