@@ -14,6 +14,7 @@ import click
 # command name -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
     "sim": "orchestrator.sim_cli:sim",
+    "chaos": "orchestrator.chaos.cli:chaos",
     "node": "node.cli:node",
     "netem": "netem.cli:netem",
     "links": "orchestrator.links_cli:links",

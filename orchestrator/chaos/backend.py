@@ -1,0 +1,119 @@
+"""The one interface the chaos runner drives: the in-process network and Docker both implement it.
+
+Every method is async and every duration is in the backend's own seconds: protocol
+time for the in-process backend (virtual or real clock), wall time for Docker.
+A fault means the same thing on every backend; where it cannot, the backend's
+docstring says how it differs (docs/chaos.md has the table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import networkx as nx
+import trio
+
+from .checker import NodeState, PingOutcome
+
+__all__ = ["ChaosBackend", "Converged", "TrafficSample"]
+
+
+@dataclass(frozen=True, slots=True)
+class Converged:
+    """A wait for convergence: seconds from ``since`` to the last tree / snake change, None when not converged."""
+
+    tree_s: float | None
+    snake_s: float | None
+    waited_s: float
+
+    @property
+    def converged(self) -> bool:
+        return self.snake_s is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficSample:
+    """One background ping: sent at ``t`` (backend seconds), answered or not."""
+
+    t: float
+    a: str
+    b: str
+    mode: str
+    delivered: bool
+    rtt_s: float | None = None
+
+
+class ChaosBackend(Protocol):
+    name: str
+
+    def now(self) -> float: ...
+
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
+        """Bring the network up; background work (traffic) may run in ``nursery``."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    def live_graph(self) -> nx.Graph:
+        """Nodes that are alive and not paused, and the links between them that are up."""
+        ...
+
+    def known_nodes(self) -> list[str]:
+        """Every node the run has ever had (alive or not)."""
+        ...
+
+    async def states(self) -> dict[str, NodeState]:
+        """The state of every live node that answers."""
+        ...
+
+    async def parents(self) -> dict[str, str | None]:
+        """Each live node's parent, by name (None for a root)."""
+        ...
+
+    async def wait_converged(self, since: float, within_s: float) -> Converged: ...
+
+    async def ping(self, pairs: list[tuple[str, str]], modes: tuple[str, ...], timeout_s: float) -> list[PingOutcome]:
+        """Ping every pair in every mode, concurrently; wait for each answer or its timeout."""
+        ...
+
+    def reconvergence_bound_s(self, margin_s: float) -> float: ...
+
+    # background traffic
+    def traffic(self, enabled: bool, rate_per_s: float, pairs: list[tuple[str, str]], modes: tuple[str, ...],
+                timeout_s: float) -> None: ...  # fmt: skip
+
+    def traffic_samples(self) -> list[TrafficSample]: ...
+
+    # faults
+    async def kill(self, name: str) -> None: ...
+
+    async def restart(self, name: str) -> None: ...
+
+    async def pause(self, name: str) -> None: ...
+
+    async def resume(self, name: str) -> None: ...
+
+    async def remove_node(self, name: str) -> bool:
+        """The node leaves for good; False when it was not there (a no-op, as in the reference)."""
+        ...
+
+    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None: ...
+
+    async def link_down(self, a: str, b: str) -> bool:
+        """False when there was no such link (a no-op)."""
+        ...
+
+    async def link_up(self, a: str, b: str, link_class: str | None = None) -> bool: ...
+
+    async def link_change(self, a: str, b: str, link_class: str | None, shaping: dict[str, float] | None) -> None: ...
+
+    async def partition(self, groups: list[set[str]]) -> int:
+        """Cut every link between groups; returns how many were cut."""
+        ...
+
+    async def heal(self) -> int: ...
+
+    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None: ...

@@ -1,0 +1,209 @@
+"""The chaos checker: invariants over the live graph, each with a verdict and a detail string.
+
+Every invariant is decided per connected component of the live graph (nodes
+that are alive, not paused and answer, and the links that are up), as the
+observer decides convergence (orchestrator.observe):
+
+* ``one_root_per_component``: every node of a component names the same root key;
+* ``root_is_highest_key``: that root is the component's highest key;
+* ``snake_ordered``: every node's descending key is the next lower key of its
+  component (the lowest has none);
+* ``pairs_reachable``: every sampled pair inside a component answered a ping,
+  in each mode asked (snek and tree);
+* ``no_internal_errors``: no node's internal-error counter moved;
+* ``reconverged_within_bound``: after a fault, tree and snake re-converged
+  within the bound derived from the protocol timers.
+
+A step may expect an invariant to break (``expect: {pairs_reachable: false}``);
+then ``ok`` is true when it did break. ``held`` always says what was observed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from .scenario import INVARIANTS
+
+__all__ = ["Invariant", "NodeState", "PingOutcome", "Reconvergence", "evaluate", "verdict_of"]
+
+_MAX_NAMED = 6
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """What the checker needs of one live node."""
+
+    key: bytes
+    root: bytes
+    descending: bytes | None
+    internal_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PingOutcome:
+    a: str
+    b: str
+    mode: str
+    delivered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reconvergence:
+    tree_s: float | None
+    snake_s: float | None
+    bound_s: float
+
+
+@dataclass(slots=True)
+class Invariant:
+    name: str
+    held: bool
+    expected: bool = True
+    detail: str = ""
+    evaluated: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.evaluated or self.held == self.expected
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"ok": self.ok, "detail": self.detail, "held": self.held, "expected": self.expected}
+        if not self.evaluated:
+            d["evaluated"] = False
+        return d
+
+
+@dataclass(slots=True)
+class _Components:
+    members: list[list[tuple[bytes, str]]] = field(default_factory=list)  # each sorted by key
+
+
+def _components(graph: nx.Graph, states: Mapping[str, NodeState]) -> _Components:
+    live = graph.subgraph(n for n in graph.nodes if n in states)
+    out = _Components()
+    for comp in nx.connected_components(live):
+        out.members.append(sorted((states[n].key, n) for n in comp))
+    out.members.sort(key=lambda m: m[0][1])
+    return out
+
+
+def _names(names: Iterable[str]) -> str:
+    names = sorted(names)
+    more = f" (+{len(names) - _MAX_NAMED} more)" if len(names) > _MAX_NAMED else ""
+    return ", ".join(names[:_MAX_NAMED]) + more
+
+
+def evaluate(
+    graph: nx.Graph,
+    states: Mapping[str, NodeState],
+    *,
+    pings: Iterable[PingOutcome] = (),
+    errors_before: Mapping[str, int] | None = None,
+    reconvergence: Reconvergence | None = None,
+    expect: Mapping[str, bool] | None = None,
+    names_by_key: Mapping[bytes, str] | None = None,
+) -> dict[str, Invariant]:
+    """Every invariant of INVARIANTS, in that order. ``graph`` is the live graph (names as nodes)."""
+    expect = dict(expect or {})
+    comps = _components(graph, states)
+    name_of = dict(names_by_key or {})
+    for name, st in states.items():
+        name_of.setdefault(st.key, name)
+
+    def label(key: bytes | None) -> str:
+        if key is None:
+            return "none"
+        return name_of.get(key, key.hex()[:12])
+
+    out: dict[str, Invariant] = {}
+    # one root per component, and the root is the highest key
+    split, wrong = [], []
+    for members in comps.members:
+        roots = {states[n].root for _, n in members}
+        top_key, top = members[-1]
+        if len(roots) > 1:
+            split.append(f"component of {top} ({len(members)} nodes) names {len(roots)} roots: "
+                         f"{_names(label(r) for r in roots)}")  # fmt: skip
+        bad = [n for _, n in members if states[n].root != top_key]
+        if bad:
+            wrong.append(f"{_names(bad)} do not name {top} (the highest key of their component) as root")
+    out["one_root_per_component"] = Invariant(
+        "one_root_per_component", not split, detail="; ".join(split) or f"{len(comps.members)} component(s), one root each"
+    )
+    out["root_is_highest_key"] = Invariant(
+        "root_is_highest_key", not wrong, detail="; ".join(wrong) or "every root is its component's highest key"
+    )
+    # the snake
+    disordered = []
+    for members in comps.members:
+        for i, (_, n) in enumerate(members):
+            want = members[i - 1][0] if i > 0 else None
+            got = states[n].descending
+            if got != want:
+                disordered.append(f"{n}: descending {label(got)}, expected {label(want)}")
+    out["snake_ordered"] = Invariant(
+        "snake_ordered",
+        not disordered,
+        detail=f"{len(disordered)} node(s) out of order: " + "; ".join(disordered[:_MAX_NAMED])
+        if disordered
+        else "every descending key is the next lower key of its component",
+    )
+    # pairs
+    pings = list(pings)
+    if pings:
+        lost = [p for p in pings if not p.delivered]
+        by_mode: dict[str, list[int]] = {}
+        for p in pings:
+            c = by_mode.setdefault(p.mode, [0, 0])
+            c[0] += p.delivered
+            c[1] += 1
+        counts = ", ".join(f"{m} {d}/{n}" for m, (d, n) in sorted(by_mode.items()))
+        detail = f"delivered {counts}"
+        if lost:
+            detail += "; lost: " + ", ".join(f"{p.a}->{p.b} ({p.mode})" for p in lost[:_MAX_NAMED])
+            if len(lost) > _MAX_NAMED:
+                detail += f" (+{len(lost) - _MAX_NAMED} more)"
+        out["pairs_reachable"] = Invariant("pairs_reachable", not lost, detail=detail)
+    else:
+        out["pairs_reachable"] = Invariant("pairs_reachable", True, detail="no pairs sampled", evaluated=False)
+    # internal errors
+    if errors_before is not None:
+        moved = {n: st.internal_errors - errors_before.get(n, 0) for n, st in states.items()}
+        moved = {n: d for n, d in moved.items() if d > 0}
+        out["no_internal_errors"] = Invariant(
+            "no_internal_errors",
+            not moved,
+            detail="; ".join(f"{n}: +{d}" for n, d in sorted(moved.items())) or "no internal errors",
+        )
+    else:
+        out["no_internal_errors"] = Invariant("no_internal_errors", True, detail="not measured", evaluated=False)
+    # re-convergence
+    if reconvergence is not None:
+        r = reconvergence
+        held = r.tree_s is not None and r.snake_s is not None and max(r.tree_s, r.snake_s) <= r.bound_s
+        detail = f"tree {_secs(r.tree_s)}, snake {_secs(r.snake_s)}, bound {r.bound_s:.1f} s"
+        out["reconverged_within_bound"] = Invariant("reconverged_within_bound", held, detail=detail)
+    else:
+        out["reconverged_within_bound"] = Invariant(
+            "reconverged_within_bound", True, detail="no fault to re-converge from", evaluated=False
+        )
+    for name, want in expect.items():
+        out[name].expected = want
+        if not out[name].evaluated:
+            out[name].evaluated = True  # an expectation about something not measured cannot be met
+            out[name].held = True
+            out[name].detail += " (expected a break, but nothing was measured)"
+    assert tuple(out) == INVARIANTS
+    return out
+
+
+def _secs(s: float | None) -> str:
+    return "not converged" if s is None else f"{s:.2f} s"
+
+
+def verdict_of(invariants: Mapping[str, Invariant]) -> str:
+    return "pass" if all(i.ok for i in invariants.values()) else "fail"

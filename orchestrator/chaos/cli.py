@@ -1,0 +1,120 @@
+"""``snekbed chaos SCENARIO [--topology FILE] [--backend inproc|docker] [--seed N] [--record DIR] [--json]``.
+
+Exit codes: 0 when every step passed, 1 when one failed (the JSON names it), 2 for a
+bad scenario or topology file (the message names the file, line and field).
+``SCENARIO`` is a YAML scenario, a reference-simulator sequence (``.json``), or the
+name of a shipped one (``snekbed chaos --list``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+import trio.testing
+
+from ..topology import Topology, TopologyError
+from ..topology_loaders import load_topology
+from .inproc_backend import InprocChaos
+from .nemesis import random_scenario
+from .runner import run_scenario
+from .scenario import Scenario, ScenarioError, load_scenario
+
+__all__ = ["chaos", "shipped_scenarios", "resolve_scenario"]
+
+
+def shipped_scenarios() -> dict[str, Path]:
+    """name -> path of every scenario shipped in orchestrator/chaos/scenarios/."""
+    root = resources.files("orchestrator.chaos") / "scenarios"
+    return {Path(str(p)).stem: Path(str(p)) for p in root.iterdir() if str(p).endswith((".yaml", ".json"))}
+
+
+def resolve_scenario(spec: str) -> Path:
+    p = Path(spec)
+    if p.exists() or p.suffix:
+        return p
+    shipped = shipped_scenarios()
+    if spec in shipped:
+        return shipped[spec]
+    raise ScenarioError(f"no such file, and not a shipped scenario (shipped: {', '.join(sorted(shipped))})", file=spec)
+
+
+def _line(rec: dict[str, Any]) -> str:
+    bad = [k for k, v in rec.get("invariants", {}).items() if not v["ok"]]
+    conv = ""
+    if rec.get("snake_converged_s") is not None:
+        conv = f" tree {rec['tree_converged_s']:.2f} s snake {rec['snake_converged_s']:.2f} s"
+    extra = f" live {rec['live_nodes']} components {rec['components']}" if "live_nodes" in rec else ""
+    why = f" FAILED: {', '.join(bad) or rec.get('detail', '')}" if rec["verdict"] != "pass" else ""
+    targets = ", ".join(map(str, rec["targets"]))[:60]
+    return f"[{rec['at_s']:8.2f}] #{rec['index']:<2} {rec['action']:<12} {targets:<30}{conv}{extra} {rec['verdict']}{why}"
+
+
+async def _run_inproc(topology: Topology | None, scenario: Scenario, seed: int, progress: Any) -> dict[str, Any]:
+    backend = InprocChaos(topology, seed=seed)
+    return await run_scenario(backend, scenario, seed=seed, progress=progress)
+
+
+@click.command("chaos")
+@click.argument("scenario", required=False)
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="topology file (optional for a sequence that builds its network)")
+@click.option("--backend", type=click.Choice(["inproc", "docker"]), default="inproc", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--random", "random_n", type=int, default=None, help="run a seeded random schedule of N faults")
+@click.option("--clock", type=click.Choice(["virtual", "real"]), default="virtual", show_default=True,
+              help="in-process backend only")
+@click.option("--record", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="write a run directory for `snekbed analyze`")
+@click.option("--write-scenario", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="with --random: write the generated schedule as a scenario file that replays it")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
+def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
+          clock: str, record: Path | None, write_scenario: Path | None, as_json: bool, list_only: bool) -> None:
+    """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
+    if list_only:
+        for name, path in sorted(shipped_scenarios().items()):
+            sc = load_scenario(path)
+            click.echo(f"{name:<24} {sc.description.strip().splitlines()[0] if sc.description else ''}")
+        return
+    try:
+        topology = load_topology(topology_path) if topology_path is not None else None
+        if random_n is not None:
+            if topology is None:
+                raise click.UsageError("--random needs --topology")
+            sc = random_scenario(topology, random_n, seed)
+            if write_scenario is not None:
+                write_scenario.write_text(sc.to_yaml())
+        elif scenario is None:
+            raise click.UsageError("give a SCENARIO (a file or a shipped name: --list) or --random N")
+        else:
+            sc = load_scenario(resolve_scenario(scenario))
+    except (ScenarioError, TopologyError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if topology is None and not sc.builds_network:
+        click.echo(f"error: scenario {sc.name} needs --topology (it does not build its network)", err=True)
+        sys.exit(2)
+    if backend == "docker":
+        click.echo("error: the Docker chaos backend is not available in this build", err=True)
+        sys.exit(2)
+
+    def progress(rec: dict[str, Any]) -> None:
+        if not as_json:
+            click.echo(_line(rec))
+
+    clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
+    out = trio.run(_run_inproc, topology, sc, seed, progress, clock=clock_obj)
+    out["run_dir"] = str(record) if record is not None else None
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        t = out["traffic"]
+        click.echo(f"verdict: {out['verdict']}  (traffic delivered {t['delivered']}/{t['sent']})")
+    sys.exit(0 if out["verdict"] == "pass" else 1)

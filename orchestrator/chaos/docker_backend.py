@@ -1,0 +1,383 @@
+"""The chaos backend on Docker: one container per node, one network per link (orchestrator.backends.docker).
+
+Backend time is ``time.monotonic()``; the run directory (``runs/<id>/``) records
+every fault in ``actions.jsonl`` and every ping in ``pings.jsonl``.
+
+How faults map here (docs/chaos.md compares them with the in-process backend):
+
+* ``kill``: ``docker kill`` (SIGKILL); its peers see the TCP streams reset.
+* ``restart``: ``docker start`` of the same container: same key, same peers, the
+  event log appended to (a new ``node_started``).
+* ``pause`` / ``resume``: ``docker pause`` / ``unpause`` (the cgroup freezer): the
+  node's TCP connections stay open and the kernel buffers what is sent to it; its
+  peers hear nothing and drop it after the 5 s peer timeout.
+* ``link_down`` / ``partition``: the link's network is disconnected from both
+  containers. No reset is sent, so both ends notice through the peer timeout
+  (5 s), not at once as in process. ``link_up`` / ``heal`` connect it again with
+  the same addresses and ask both nodes to dial now (``POST /peers/redial``)
+  instead of waiting out their backoff.
+* ``link_change``: the nodes' userspace shapers are replaced (``POST /peers/shape``);
+  kernel-shaped links are shaped again in the containers' namespaces.
+* ``join``: nodes and links a scenario adds later are created with the run
+  (so they have addresses), then stopped or disconnected until their step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import trio
+
+from ..backends.docker import DockerBackend
+from ..backends.docker_net import AddressPlan
+from ..backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
+from ..backends.docker_session import DockerSession, choose_shaping, start_run
+from ..runs import RunDir
+from ..topology import Topology
+from .backend import Converged, TrafficSample
+from .checker import NodeState, PingOutcome
+
+__all__ = ["DockerChaos"]
+
+PING_TIMEOUT_S = 5.0
+
+
+@dataclass
+class _Traffic:
+    order: list[tuple[str, str, str]]
+    gap_s: float
+    timeout_s: float
+    cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+
+class DockerChaos:
+    """A ChaosBackend over one Docker run. ``await start(nursery)`` creates the run; ``stop`` removes it."""
+
+    name = "docker"
+
+    def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0, shaping: str = "auto",
+                 start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
+                 backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0) -> None:
+        self.topology = topology
+        self.run = run
+        self.image = image
+        self.seed = seed
+        self.shaping = shaping
+        self.keep = keep
+        self.timeout_s = timeout_s
+        self.docker = backend or DockerBackend()
+        self._start_stopped = set(start_stopped)
+        self._start_unlinked = {frozenset(p) for p in start_unlinked}
+        self.session: DockerSession | None = None
+        self.plan: AddressPlan | None = None
+        self.net_ids: dict[str, str] = {}
+        self.down_links: set[int] = set()  # link indexes disconnected (link_down, partition, not yet joined)
+        self.cut_links: set[int] = set()  # the partition's share of down_links
+        self.paused: set[str] = set()
+        self.stopped: set[str] = set()
+        self.removed: set[str] = set()
+        self.samples: list[TrafficSample] = []
+        self._traffic: _Traffic | None = None
+        self._nursery: trio.Nursery | None = None
+        self._admin: AdminClient | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
+        self._nursery = nursery
+        shaping = await trio.to_thread.run_sync(choose_shaping, self.shaping)
+        session, result, _conv = await trio.to_thread.run_sync(
+            lambda: start_run(self.topology, self.run, backend=self.docker, image=self.image, seed=self.seed,
+                              shaping=shaping, timeout_s=self.timeout_s))  # fmt: skip
+        self.session, self.plan = session, result.plan
+        self._admin = AdminClient(session.endpoints, timeout_s=3.0, workers=32)
+        nets = self.docker.api.networks(filters={"label": f"snekbed.run={self.run.run_id}"})
+        self.net_ids = {n["Name"]: n["Id"] for n in nets}
+        for name in sorted(self._start_stopped):
+            await self._docker(self.docker.kill, self.run.run_id, name)
+            self.stopped.add(name)
+        for ln in self.plan.links:
+            if frozenset((ln.a, ln.b)) in self._start_unlinked:
+                await self._disconnect(ln.index)
+        self.run.update_meta(chaos={"start_stopped": sorted(self._start_stopped),
+                                    "start_unlinked": sorted(sorted(p) for p in self._start_unlinked)})
+
+    async def stop(self) -> None:
+        if self._traffic is not None:
+            self._traffic.cancel.cancel()
+        if self._admin is not None:
+            self._admin.close()
+        if not self.keep and self.session is not None:
+            await trio.to_thread.run_sync(self.docker.down, self.run.run_id)
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(max(0.0, seconds))
+
+    async def _docker(self, fn: Any, *args: Any) -> Any:
+        return await trio.to_thread.run_sync(fn, *args)
+
+    def _cid(self, name: str) -> str:
+        c = self.docker.containers(self.run.run_id).get(name)
+        if c is None:
+            raise KeyError(f"no container for node {name!r}")
+        return str(c["Id"])
+
+    # ------------------------------------------------------------------ observation
+
+    def known_nodes(self) -> list[str]:
+        return list(self.topology.node_names)
+
+    def _live(self) -> set[str]:
+        return set(self.topology.node_names) - self.paused - self.stopped - self.removed
+
+    def live_graph(self) -> nx.Graph:
+        g = nx.Graph()
+        live = self._live()
+        g.add_nodes_from(live)
+        assert self.plan is not None
+        for ln in self.plan.links:
+            if ln.index not in self.down_links and ln.a in live and ln.b in live:
+                g.add_edge(ln.a, ln.b)
+        return g
+
+    async def _states_docs(self) -> dict[str, dict[str, Any]]:
+        assert self._admin is not None
+        docs = await trio.to_thread.run_sync(self._admin.states, sorted(self._live()))
+        return {n: d for n, d in docs.items() if d is not None}
+
+    async def states(self) -> dict[str, NodeState]:
+        out = {}
+        for name, doc in (await self._states_docs()).items():
+            desc = doc.get("descending")
+            out[name] = NodeState(bytes.fromhex(doc["public_key"]), bytes.fromhex(doc["root"]["key"]),
+                                  bytes.fromhex(desc) if desc else None, int(doc.get("internal_errors", 0)))  # fmt: skip
+        return out
+
+    async def parents(self) -> dict[str, str | None]:
+        assert self.session is not None
+        return {n: (self.session.name_of(d["parent"]) if d.get("parent") else None)
+                for n, d in (await self._states_docs()).items()}  # fmt: skip
+
+    async def wait_converged(self, since: float, within_s: float) -> Converged:
+        assert self._admin is not None
+        remaining = max(0.5, since + within_s - time.monotonic())
+        conv = await trio.to_thread.run_sync(
+            lambda: wait_converged(self._admin, self.live_graph, t0=since, timeout_s=remaining, poll_s=0.5))
+        return Converged(conv.tree_s, conv.snake_s if conv.converged else None, time.monotonic() - since)
+
+    def reconvergence_bound_s(self, margin_s: float) -> float:
+        return reconvergence_bound_s(self.live_graph(), margin_s=margin_s)
+
+    # ------------------------------------------------------------------ pings
+
+    async def _ping_jobs(self, jobs: list[tuple[str, str, str]], timeout_s: float) -> list[tuple[float, dict | None]]:
+        assert self._admin is not None and self.session is not None
+        keyed = [(a, self.session.keys[b], m) for a, b, m in jobs]
+        res = await trio.to_thread.run_sync(
+            lambda: self._admin.ping_many(keyed, count=1, timeout_s=timeout_s))  # fmt: skip
+        return [(sent, r if isinstance(r, dict) else None) for sent, r in res]
+
+    def _record(self, a: str, b: str, mode: str, sent: float, res: dict | None) -> bool:
+        assert self.session is not None
+        ok = bool(res and res.get("received"))
+        rtt = (res.get("rtt_ms") or [None])[0] if ok and res else None
+        hops = (res.get("hops") or [None])[0] if ok and res else None
+        self.run.ping(sender=a, sender_key=self.session.keys[a], target=b, target_key=self.session.keys[b],
+                      mode=mode, sent_mono_s=sent, received=ok, rtt_ms=rtt, hops=hops, graph=self.live_graph(),
+                      link_class=self.session.link_classes())  # fmt: skip
+        return ok
+
+    async def ping(self, pairs: list[tuple[str, str]], modes: tuple[str, ...], timeout_s: float) -> list[PingOutcome]:
+        jobs = [(a, b, m) for m in modes for a, b in pairs]
+        results = await self._ping_jobs(jobs, timeout_s)
+        return [PingOutcome(a, b, m, self._record(a, b, m, sent, res)) for (a, b, m), (sent, res) in zip(jobs, results)]
+
+    def traffic(self, enabled: bool, rate_per_s: float, pairs: list[tuple[str, str]], modes: tuple[str, ...],
+                timeout_s: float) -> None:  # fmt: skip
+        if self._traffic is not None:
+            self._traffic.cancel.cancel()
+            self._traffic = None
+        if not enabled or rate_per_s <= 0 or not pairs or self._nursery is None:
+            return
+        t = _Traffic([(a, b, m) for a, b in pairs for m in modes], 1.0 / rate_per_s, timeout_s)
+        self._traffic = t
+        self._nursery.start_soon(self._traffic_loop, t)
+
+    async def _traffic_loop(self, t: _Traffic) -> None:
+        with t.cancel:
+            async with trio.open_nursery() as inner:
+                i = 0
+                next_at = trio.current_time()
+                while True:
+                    a, b, mode = t.order[i % len(t.order)]
+                    i += 1
+                    if a in self._live():
+                        inner.start_soon(self._one_ping, a, b, mode, t.timeout_s)
+                    next_at += t.gap_s
+                    await trio.sleep_until(next_at)
+
+    async def _one_ping(self, a: str, b: str, mode: str, timeout_s: float) -> None:
+        with trio.CancelScope(shield=True):  # an answer on its way is still recorded after traffic stops
+            [(sent, res)] = await self._ping_jobs([(a, b, mode)], timeout_s)
+            ok = self._record(a, b, mode, sent, res)
+            rtt = (res.get("rtt_ms") or [None])[0] / 1000.0 if ok and res else None
+            self.samples.append(TrafficSample(sent, a, b, mode, ok, rtt))
+
+    def traffic_samples(self) -> list[TrafficSample]:
+        return sorted(self.samples, key=lambda s: s.t)
+
+    # ------------------------------------------------------------------ links
+
+    def _links_between(self, a: str, b: str) -> list[int]:
+        assert self.plan is not None
+        return [ln.index for ln in self.plan.links if {ln.a, ln.b} == {a, b}]
+
+    async def _disconnect(self, index: int) -> None:
+        assert self.plan is not None
+        ln = self.plan.links[index]
+        for name in (ln.a, ln.b):
+            try:
+                cid = self._cid(name)
+                await self._docker(lambda: self.docker.api.disconnect_container_from_network(
+                    cid, self.net_ids[ln.net.name], force=True))  # fmt: skip
+            except Exception as exc:  # a stopped container may already be off the network
+                if "is not connected" not in str(exc):
+                    raise
+        self.down_links.add(index)
+
+    async def _connect(self, index: int) -> None:
+        assert self.plan is not None and self.session is not None
+        ln = self.plan.links[index]
+        for name in (ln.a, ln.b):
+            cid = self._cid(name)
+            try:
+                await self._docker(lambda: self.docker.api.connect_container_to_network(
+                    cid, self.net_ids[ln.net.name], ipv4_address=ln.net.members[name]))  # fmt: skip
+            except Exception as exc:
+                if "already exists" not in str(exc):
+                    raise
+        self.down_links.discard(index)
+        await self._redial({ln.a, ln.b})
+
+    async def _redial(self, names: Iterable[str]) -> None:
+        """Ask the nodes to dial their peers now rather than after their backoff."""
+        assert self._admin is not None
+        for name in names:
+            if name in self._live():
+                try:
+                    await trio.to_thread.run_sync(lambda: self._admin._http.post(  # noqa: SLF001
+                        self._admin._url(name, "/peers/redial")))  # fmt: skip
+                except Exception:  # the node may be starting: its own backoff still redials
+                    pass
+
+    async def link_down(self, a: str, b: str) -> bool:
+        idx = [i for i in self._links_between(a, b) if i not in self.down_links]
+        for i in idx:
+            await self._disconnect(i)
+        return bool(idx)
+
+    async def link_up(self, a: str, b: str, link_class: str | None = None) -> bool:
+        idx = [i for i in self._links_between(a, b) if i in self.down_links]
+        for i in idx:
+            self.cut_links.discard(i)
+            await self._connect(i)
+        return bool(idx) or bool(self._links_between(a, b))
+
+    async def link_change(self, a: str, b: str, link_class: str | None, shaping: dict[str, float] | None) -> None:
+        assert self._admin is not None and self.session is not None
+        body: dict[str, Any] = {"class": link_class, "shaping": shaping or {}}
+        for x, y in ((a, b), (b, a)):
+            body["peer"] = self.session.keys[y]
+            resp = await trio.to_thread.run_sync(lambda: self._admin._http.post(  # noqa: SLF001
+                self._admin._url(x, "/peers/shape"), json=body))  # fmt: skip
+            if resp.status_code != 200:
+                raise AdminError(f"{x}: POST /peers/shape answered {resp.status_code}: {resp.text[:200]}")
+
+    async def partition(self, groups: list[set[str]]) -> int:
+        assert self.plan is not None
+        side = {n: i for i, g in enumerate(groups) for n in g}
+        n = 0
+        for ln in self.plan.links:
+            if ln.a in side and ln.b in side and side[ln.a] != side[ln.b] and ln.index not in self.down_links:
+                await self._disconnect(ln.index)
+                self.cut_links.add(ln.index)
+                n += 1
+        return n
+
+    async def heal(self) -> int:
+        cut, self.cut_links = sorted(self.cut_links), set()
+        for i in cut:
+            await self._connect(i)
+        return len(cut)
+
+    # ------------------------------------------------------------------ nodes
+
+    async def kill(self, name: str) -> None:
+        if name in self.stopped or name in self.removed:
+            return
+        if name in self.paused:
+            await self._docker(self.docker.api.unpause, self._cid(name))
+            self.paused.discard(name)
+        await self._docker(self.docker.kill, self.run.run_id, name)
+        self.stopped.add(name)
+
+    async def restart(self, name: str) -> None:
+        if name not in self.stopped:
+            await self.kill(name)
+        await self._docker(self.docker.api.start, self._cid(name))
+        self.stopped.discard(name)
+        self.removed.discard(name)
+        await self._wait_admin(name)
+
+    async def _wait_admin(self, name: str, timeout_s: float = 20.0) -> None:
+        assert self._admin is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                await trio.to_thread.run_sync(self._admin.state, name)
+                return
+            except AdminError:
+                await trio.sleep(0.2)
+
+    async def pause(self, name: str) -> None:
+        if name in self._live():
+            await self._docker(self.docker.api.pause, self._cid(name))
+            self.paused.add(name)
+
+    async def resume(self, name: str) -> None:
+        if name in self.paused:
+            await self._docker(self.docker.api.unpause, self._cid(name))
+            self.paused.discard(name)
+
+    async def remove_node(self, name: str) -> bool:
+        if name not in self.topology.node_names or name in self.stopped or name in self.removed:
+            return False
+        await self.kill(name)
+        self.removed.add(name)
+        return True
+
+    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None:
+        if name not in self.topology.node_names:
+            raise KeyError(f"node {name!r} was not declared when the run started (Docker needs its address)")
+        for p in peers:
+            for i in self._links_between(name, p):
+                if i in self.down_links and i not in self.cut_links:
+                    await self._connect(i)
+        if name in self.stopped or name in self.removed:
+            await self.restart(name)
+
+    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
+        assert self._admin is not None and self.session is not None
+        body = {"drop": drop, "peer": self.session.keys[peer] if peer is not None else None}
+        resp = await trio.to_thread.run_sync(lambda: self._admin._http.post(  # noqa: SLF001
+            self._admin._url(name, "/adversary"), json=body))  # fmt: skip
+        if resp.status_code != 200:
+            raise AdminError(f"{name}: POST /adversary answered {resp.status_code}: {resp.text[:200]}")
+

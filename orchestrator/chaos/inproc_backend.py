@@ -1,0 +1,511 @@
+"""The chaos backend on the in-process network (orchestrator.backends.inproc).
+
+Protocol time is the backend's clock: with ``MockClock(autojump_threshold=0)`` a
+scenario of minutes runs in seconds and a seed gives the same history every time.
+
+How faults map here (docs/chaos.md compares them with Docker):
+
+* ``kill``: the node stops; its peers see their streams close at once (EOF), as
+  when a container is killed.
+* ``restart``: a new router with the same key, peered again over every link of
+  the node that is not cut (partition, link_down) and whose other end is up.
+* ``pause``: the node stops processing; frames sent to it are held (a TCP
+  stream buffers them) and delivered in order on resume. Its peers hear nothing
+  from it, so each drops the peering after the 5 s peer timeout (PROTOCOL.md
+  §3.5); the paused node learns of that on resume and its links are dialled
+  again, as the TCP node's dialers would.
+* ``partition`` / ``link_down``: the links are removed (both ends see the
+  stream close); ``heal`` / ``link_up`` make them again. A Docker partition
+  instead disconnects networks, and TCP may take up to the peer timeout to notice.
+* ``link_change``: the link's shaper is replaced mid-run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+
+from typing import Any
+
+import networkx as nx
+import trio
+
+from netem.classes import LinkShape, link_type_number, resolve_class
+from netem.userspace import shaper_factory
+from node.core.crypto import Identity, derive_seed
+from node.core.router import Router, Timers
+from node.core.snek import EXPIRY_S
+
+from ..backends.docker_observe import reconvergence_bound_s
+from ..backends.inproc import _FRAME, InprocNetwork, SimNode
+from ..observe import ConvergenceTracker, NodeView
+from ..sim_cli import link_options
+from ..topology import Topology
+from .backend import Converged, TrafficSample
+from .checker import NodeState, PingOutcome
+
+__all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
+
+PEER_TIMEOUT_S = 5.0  # PROTOCOL.md §3.5: a peer silent this long is dropped
+OBSERVE_EVERY_S = 0.1
+
+
+class InprocChaos:
+    """A ChaosBackend over one InprocNetwork. Build it, then ``await start()`` inside trio."""
+
+    name = "inproc"
+
+    def __init__(
+        self,
+        topology: Topology | None,
+        *,
+        seed: int = 0,
+        link_delay_ms: float = 1.0,
+        detail_events: bool = False,
+        timers: Timers | None = None,
+    ) -> None:
+        self.topology = topology
+        self.seed = seed
+        nodes = topology.node_names if topology is not None else []
+        key_seeds = {n.name: n.seed_bytes(seed) for n in topology.nodes if n.key_seed} if topology is not None else {}
+        self.net = InprocNetwork(nodes, [], seed=seed, link_delay_ms=link_delay_ms, key_seeds=key_seeds,
+                                 detail_events=detail_events, timers=timers)  # fmt: skip
+        self.timers = timers
+        # every link the run wants: spec index -> (a, b, class, connect options); lid when made
+        self.specs: list[tuple[str, str, str, dict[str, Any]]] = []
+        self.made: dict[int, int] = {}  # spec -> live link id
+        self.cut: set[int] = set()  # specs cut by partition
+        self.down: set[int] = set()  # specs taken down by link_down
+        if topology is not None:
+            for i, link in enumerate(topology.links):
+                self.specs.append((link.a, link.b, link.link_class, link_options(topology, i)))
+        self.paused: dict[str, list[tuple[int, float]]] = {}  # name -> ports dropped by peers while paused
+        self._pause_gen: dict[str, object] = {}
+        self.removed: set[str] = set()
+        self.tracker = ConvergenceTracker()
+        self.on_event = None  # optional extra observer (the recorder)
+        self.net.on_event = self._on_event
+        # pings: (source, target key, mode, sent_at) -> result; background traffic
+        self._sent: list[tuple[str, str, str, float]] = []
+        self._results: dict[tuple[str, bytes, str, float], Any] = {}
+        self._traffic: dict[str, Any] | None = None
+        self._traffic_gen = 0
+        self.refused: list[dict[str, Any]] = []
+        self.traffic_skipped = 0
+        self._graph: tuple[Any, nx.Graph] | None = None
+        self._changes = 0  # root or descending changes seen (the observer re-decides only after one)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def now(self) -> float:
+        return self.net.now
+
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
+        for node in self.net.nodes.values():
+            self.net._flush(node)
+        for i in range(len(self.specs)):
+            self._make(i)
+        await self.net.run_until(self.net.now)
+
+    async def stop(self) -> None:
+        self._traffic = None
+
+    async def sleep(self, seconds: float) -> None:
+        await self.net.run_until(self.net.now + max(0.0, seconds))
+        self._drain_results()
+
+    def known_nodes(self) -> list[str]:
+        return sorted(self.net.nodes)
+
+    def _live(self, name: str) -> bool:
+        n = self.net.nodes.get(name)
+        return n is not None and n.alive and name not in self.paused
+
+    def live_graph(self) -> nx.Graph:
+        stamp = (self.net.topology_version, frozenset(self.paused))
+        if self._graph is not None and self._graph[0] == stamp:
+            return self._graph[1]
+        g = nx.Graph()
+        g.add_nodes_from(n for n in self.net.nodes if self._live(n))
+        for ea, _ in self.net.links.values():
+            if self._live(ea.node) and self._live(ea.peer):
+                g.add_edge(ea.node, ea.peer)
+        self._graph = (stamp, g)
+        return g
+
+    # ------------------------------------------------------------------ observation
+
+    def _on_event(self, node: SimNode, kind: str, fields: dict[str, Any], now: float) -> None:
+        if kind == "root_changed":
+            self.tracker.root_changed(node.name, bytes.fromhex(fields["root"]), now)
+            self._changes += 1
+        elif kind == "descending_changed":
+            self.tracker.descending_changed(node.name, now)
+            self._changes += 1
+        if self.on_event is not None:
+            self.on_event(node, kind, fields, now)
+
+    def _views(self) -> dict[str, NodeView]:
+        now = self.net.now
+        out = {}
+        for name, sn in self.net.nodes.items():
+            if self._live(name):
+                r = sn.router
+                d = r.descending
+                # an expired entry is not a descending neighbour, even before maintenance clears it
+                out[name] = NodeView(r.key, r.root.key, d.key if d is not None and d.valid(now) else None)
+        return out
+
+    async def states(self) -> dict[str, NodeState]:
+        return {n: NodeState(v.key, v.root, v.descending, 0) for n, v in self._views().items()}
+
+    async def parents(self) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for name, sn in self.net.nodes.items():
+            if self._live(name):
+                p = sn.router.parent
+                end = sn.ends.get(p) if p is not None else None
+                out[name] = end.peer if end is not None else None
+        return out
+
+    async def wait_converged(self, since: float, within_s: float) -> Converged:
+        tr = self.tracker
+        tr.reset(since)
+        deadline = since + within_s
+        seen = None
+        next_expiry = -math.inf
+        while True:
+            stamp = (self._changes, self.net.topology_version, frozenset(self.paused))
+            # re-decide after a change, or when a descending entry may have expired since the last look
+            if stamp != seen or self.net.now >= next_expiry:
+                seen = stamp
+                v = tr.observe(self.live_graph(), self._views())
+                if v.snake:
+                    break
+                next_expiry = self._next_descending_expiry()
+            if self.net.now >= deadline:
+                break
+            await self.net.run_until(min(self.net.now + OBSERVE_EVERY_S, deadline))
+        self._drain_results()
+        return Converged(tr.tree_s, tr.snake_s, self.net.now - since)
+
+    def _next_descending_expiry(self) -> float:
+        """When the first descending entry that is valid now stops being valid."""
+        out = math.inf
+        for name, sn in self.net.nodes.items():
+            d = sn.router.descending
+            if d is not None and self._live(name):
+                out = min(out, d.last_seen + EXPIRY_S)
+        return out
+
+    def reconvergence_bound_s(self, margin_s: float) -> float:
+        return reconvergence_bound_s(self.live_graph(), self.timers or Timers(), margin_s=margin_s)
+
+    # ------------------------------------------------------------------ pings
+
+    def _start_ping(self, a: str, b: str, mode: str, now: float, timeout_s: float) -> bool:
+        sa, sb = self.net.nodes.get(a), self.net.nodes.get(b)
+        if sa is None or sb is None or not self._live(a):
+            return False
+        coords = sb.router.coords if mode == "tree" else None
+        if not sa.router.ping.start(sb.key, now, mode=mode, coords=coords, timeout_s=timeout_s):
+            return False
+        self._sent.append((a, b, mode, now))
+        self.net._flush(sa)
+        return True
+
+    def _drain_results(self) -> None:
+        for name, sn in self.net.nodes.items():
+            res = sn.router.ping.results
+            if res:
+                for r in res:
+                    self._results[(name, r.target, r.mode, r.sent_at)] = r
+                res.clear()
+
+    def _outcome(self, a: str, b: str, mode: str, sent_at: float) -> Any:
+        return self._results.get((a, self.net.nodes[b].key, mode, sent_at))
+
+    async def ping(self, pairs: list[tuple[str, str]], modes: tuple[str, ...], timeout_s: float) -> list[PingOutcome]:
+        out: list[PingOutcome] = []
+        for mode in modes:
+            todo = list(pairs)
+            for _ in range(3):  # a background ping to the same target may be outstanding: try again after it
+                now = self.net.now
+                started = [(a, b, now) for a, b in todo if self._start_ping(a, b, mode, now, timeout_s)]
+                await self.sleep(timeout_s + 0.5)
+                for a, b, t in started:
+                    res = self._outcome(a, b, mode, t)
+                    out.append(PingOutcome(a, b, mode, res is not None and res.received))
+                done = {(a, b) for a, b, _ in started}
+                todo = [p for p in todo if p not in done]
+                if not todo:
+                    break
+            out += [PingOutcome(a, b, mode, False) for a, b in todo]
+        return out
+
+    def traffic(self, enabled: bool, rate_per_s: float, pairs: list[tuple[str, str]], modes: tuple[str, ...],
+                timeout_s: float) -> None:  # fmt: skip
+        self._traffic_gen += 1
+        if not enabled or rate_per_s <= 0 or not pairs:
+            self._traffic = None
+            return
+        order = [(a, b, m) for a, b in pairs for m in modes]
+        self._traffic = {"order": order, "i": 0, "gap": 1.0 / rate_per_s, "timeout": timeout_s,
+                         "gen": self._traffic_gen}  # fmt: skip
+        self.net.call_at(self.net.now, self._traffic_tick)
+
+    def _traffic_tick(self, now: float) -> None:
+        t = self._traffic
+        if t is None or t["gen"] != self._traffic_gen:
+            return
+        a, b, mode = t["order"][t["i"] % len(t["order"])]
+        t["i"] += 1
+        if not self._start_ping(a, b, mode, now, t["timeout"]):
+            self.traffic_skipped += 1  # the source is down, or a ping to b is still outstanding: nothing sent
+        self.net.call_at(now + t["gap"], self._traffic_tick)
+
+    def traffic_samples(self) -> list[TrafficSample]:
+        self._drain_results()
+        out = []
+        for a, b, mode, t in self._sent:
+            res = self._outcome(a, b, mode, t) if b in self.net.nodes else None
+            ok = res is not None and res.received
+            out.append(TrafficSample(t, a, b, mode, ok, res.rtt_s if ok else None))
+        return out
+
+    # ------------------------------------------------------------------ links
+
+    def _make(self, i: int) -> bool:
+        if i in self.made or i in self.cut or i in self.down:
+            return False
+        a, b, cls, opts = self.specs[i]
+        if not (self._live(a) and self._live(b)):
+            return False
+        lid = self.net.connect(a, b, cls, **opts)
+        if lid is None:
+            self.refused.append({"a": a, "b": b, "reason": "ports_full", "at_s": round(self.net.now, 3)})
+            return False
+        self.made[i] = lid
+        return True
+
+    def _unmake(self, i: int, reason: str) -> None:
+        lid = self.made.pop(i, None)
+        if lid is not None:
+            self.net.disconnect(lid, reason)
+
+    def _specs_between(self, a: str, b: str) -> list[int]:
+        return [i for i, (x, y, _, _) in enumerate(self.specs) if {x, y} == {a, b}]
+
+    def _specs_of(self, name: str) -> list[int]:
+        return [i for i, (x, y, _, _) in enumerate(self.specs) if name in (x, y)]
+
+    async def link_down(self, a: str, b: str) -> bool:
+        specs = self._specs_between(a, b)
+        for i in specs:
+            self.down.add(i)
+            self._unmake(i, "link_down")
+        await self.sleep(0)
+        return bool(specs)
+
+    async def link_up(self, a: str, b: str, link_class: str | None = None) -> bool:
+        specs = self._specs_between(a, b)
+        if not specs:
+            if a not in self.net.nodes or b not in self.net.nodes:
+                return False
+            cls = link_class or "pipe"
+            self.specs.append((a, b, cls, self._class_options(cls, None)))
+            specs = [len(self.specs) - 1]
+        for i in specs:
+            self.down.discard(i)
+            self._make(i)
+        await self.sleep(0)
+        return True
+
+    def _class_options(self, cls: str, shaping: dict[str, float] | None) -> dict[str, Any]:
+        """connect() options for a link of class ``cls`` with its shape's fields overridden by ``shaping``."""
+        lc = resolve_class(cls)
+        shape = LinkShape(**{**lc.shape.model_dump(), **shaping}) if shaping else lc.shape
+        opts: dict[str, Any] = {"link_type": link_type_number(lc)}
+        if shape != LinkShape():
+            opts["shaper"] = shaper_factory(shape, loss_mode="retransmit")
+            opts["sized"] = shape.rate_mbit is not None
+        return opts
+
+    async def link_change(self, a: str, b: str, link_class: str | None, shaping: dict[str, float] | None) -> None:
+        specs = self._specs_between(a, b)
+        if not specs:
+            raise ValueError(f"no link between {a} and {b}")
+        for i in specs:
+            x, y, cls, _ = self.specs[i]
+            new_cls = link_class or cls
+            opts = self._class_options(new_cls, shaping)
+            self.specs[i] = (x, y, new_cls, opts)
+            lid = self.made.get(i)
+            if lid is not None:
+                rng = random.Random(self.net.rng.getrandbits(64))
+                for end in self.net.links[lid]:
+                    factory = opts.get("shaper")
+                    end.shaper = factory(random.Random(rng.getrandbits(64))) if factory else self.net._default_shaper(
+                        random.Random(rng.getrandbits(64)))  # fmt: skip
+                    end.sized = bool(opts.get("sized"))
+                    end.link_class = new_cls
+        await self.sleep(0)
+
+    async def partition(self, groups: list[set[str]]) -> int:
+        side = {n: gi for gi, g in enumerate(groups) for n in g}
+        n = 0
+        for i, (a, b, _, _) in enumerate(self.specs):
+            if a in side and b in side and side[a] != side[b]:
+                if i in self.made:
+                    n += 1
+                self._unmake(i, "partition")
+                self.cut.add(i)
+        await self.sleep(0)
+        return n
+
+    async def heal(self) -> int:
+        cut, self.cut = self.cut, set()
+        n = sum(self._make(i) for i in sorted(cut))
+        await self.sleep(0)
+        return n
+
+    # ------------------------------------------------------------------ nodes
+
+    async def kill(self, name: str) -> None:
+        if name in self.paused:
+            self.paused.pop(name)
+        node = self.net.nodes[name]
+        if not node.alive:
+            return
+        for i in self._specs_of(name):
+            self.made.pop(i, None)
+        self.net.kill(name)
+        await self.sleep(0)
+
+    async def restart(self, name: str) -> None:
+        old = self.net.nodes[name]
+        if old.alive:
+            await self.kill(name)
+        self._revive(name, old.router.identity)
+        for i in self._specs_of(name):
+            self._make(i)
+        await self.sleep(0)
+
+    def _revive(self, name: str, ident: Identity) -> None:
+        now = self.net.now
+        r = Router(ident, now, timers=self.net.timers, detail_events=self.net.detail_events)
+        sn = SimNode(name, r)
+        self.net.nodes[name] = sn
+        self.net.topology_version += 1
+        self.removed.discard(name)
+        self.tracker.root_changed(name, r.root.key, now)
+        self.tracker.descending_changed(name, now)
+        self.net._flush(sn)
+
+    async def remove_node(self, name: str) -> bool:
+        node = self.net.nodes.get(name)
+        if node is None or not node.alive:
+            return False
+        await self.kill(name)
+        self.removed.add(name)
+        return True
+
+    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None:
+        if name in self.net.nodes and self.net.nodes[name].alive:
+            return
+        ident = self.net.nodes[name].router.identity if name in self.net.nodes else Identity(derive_seed(self.seed, name))
+        self._revive(name, ident)
+        for p in peers:
+            if p in self.net.nodes and not self._specs_between(name, p):
+                self.specs.append((name, p, link_class, self._class_options(link_class, None)))
+        for i in self._specs_of(name):
+            self._make(i)
+        await self.sleep(0)
+
+    async def pause(self, name: str) -> None:
+        node = self.net.nodes[name]
+        if not node.alive or name in self.paused:
+            return
+        self.paused[name] = []
+        node.timer_at = math.inf  # its pending timer entry goes stale; re-armed on resume
+        self._hold(name)
+        gen = object()
+        self._pause_gen[name] = gen
+        self.net.call_at(self.net.now + PEER_TIMEOUT_S, lambda now: self._peers_time_out(name, gen))
+        await self.sleep(0)
+
+    def _hold(self, name: str) -> None:
+        """Frames on their way to a paused node wait (at time +inf) until it resumes."""
+        heap = self.net._heap
+        changed = False
+        for k, (t, tie, kind, item) in enumerate(heap):
+            if kind == _FRAME and item[0].peer == name and t != math.inf:
+                heap[k] = (math.inf, tie, kind, item)
+                changed = True
+        if changed:
+            heapq.heapify(heap)
+        for sn_name, sn in self.net.nodes.items():
+            for end in sn.ends.values():
+                if end.peer == name:
+                    end.last_arrival = math.inf  # later frames queue behind the held ones
+
+    def _peers_time_out(self, name: str, gen: object) -> None:
+        if name not in self.paused or self._pause_gen.get(name) is not gen:
+            return
+        node = self.net.nodes[name]
+        for port, end in list(node.ends.items()):
+            # the peer's read deadline fires: it drops the peering; the paused node does not know yet
+            lid = end.link_id
+            ends = self.net.links.pop(lid, None)
+            if ends is None:
+                continue
+            self.net.topology_version += 1
+            for e in ends:
+                e.up = False
+                owner = self.net.nodes[e.node]
+                owner.ends.pop(e.port, None)
+                if e.node == name:
+                    self.paused[name].append((e.port, self.net.now))
+                elif owner.alive:
+                    owner.router.remove_peer(e.port, self.net.now, "read_timeout")
+                    self.net._flush(owner)
+            for i, l in list(self.made.items()):
+                if l == lid:
+                    del self.made[i]
+
+    async def resume(self, name: str) -> None:
+        dropped = self.paused.pop(name, None)
+        if dropped is None:
+            return
+        node = self.net.nodes[name]
+        now = self.net.now
+        # held frames arrive now, in order
+        heap = self.net._heap
+        held = sorted((tie, item) for t, tie, kind, item in heap if kind == _FRAME and t == math.inf
+                      and item[0].peer == name)  # fmt: skip
+        if held:
+            self.net._heap = [e for e in heap if not (e[2] == _FRAME and e[0] == math.inf and e[3][0].peer == name)]
+            heapq.heapify(self.net._heap)
+            for tie, item in held:
+                heapq.heappush(self.net._heap, (now, tie, _FRAME, item))
+        for sn in self.net.nodes.values():
+            for end in sn.ends.values():
+                if end.peer == name and end.last_arrival == math.inf:
+                    end.last_arrival = now
+        for port, _ in dropped:
+            node.router.remove_peer(port, now, "eof")
+        node.timer_at = math.inf
+        self.net._flush(node)
+        for i in self._specs_of(name):
+            self._make(i)  # the dialers reconnect
+        await self.sleep(0)
+
+    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
+        node = self.net.nodes[name]
+        peer_key = self.net.nodes[peer].key if peer is not None else None
+        node.router.set_adversary(drop, peer_key)
+        await self.sleep(0)
+
+
+
