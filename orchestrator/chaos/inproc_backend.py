@@ -31,7 +31,7 @@ from typing import Any
 import networkx as nx
 import trio
 
-from netem.classes import LinkShape, link_type_number, resolve_class
+from contract.links import LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
 from node.core.crypto import Identity, derive_seed
 from node.core.router import Router, Timers
@@ -217,7 +217,7 @@ class InprocChaos:
 
     def _drain_results(self) -> None:
         for name, sn in self.net.nodes.items():
-            res = sn.router.ping.results
+            res = sn.ping_results
             if res:
                 for r in res:
                     self._results[(name, r.target, r.mode, r.sent_at)] = r
