@@ -114,7 +114,7 @@ class ForwardMixin:
         entries = transit.entries
         if entries and now >= transit.until:
             entries.clear()
-        fast = not self.hop_limiting and port in self.peers
+        fast = not self.hop_limiting and self.adversary is None and port in self.peers
         own = self.key
         decode = wire.decode_frame
         for t, raw in frames:

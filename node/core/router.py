@@ -21,9 +21,10 @@ the peer table, the input dispatch, the timers and the observation events.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .adversary import Adversary
 from .broadcast import BroadcastMixin
 from .crypto import Identity
 from .forward import ForwardMixin, TransitCache
@@ -90,6 +91,7 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         self.ping = PingService(self.key, self.counters, self.send_traffic, self.emit, self._recompute_deadline)
         self._sig_cache: tuple[bytes, bytes] = (b"", b"")
         self.transit = TransitCache()
+        self.adversary: Adversary | None = None  # drops received frames by kind (chaos tests; node --adversary)
         self.fast_forwards = 0  # transit frames forwarded from the cache
         self.parent: int | None = None
         factory = SNEK_VARIANTS[snek] if isinstance(snek, str) else snek
@@ -180,12 +182,24 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
 
     # ------------------------------------------------------------------ input
 
+    def set_adversary(self, rates: Mapping[str, float], peer: bytes | None = None) -> None:
+        """Drop received frames by kind at ``rates`` (percent; node.core.adversary), from ``peer`` or every peer.
+
+        Raises ValueError for an unknown kind or a rate outside 0-100.
+        """
+        if self.adversary is None:
+            self.adversary = Adversary()
+        self.adversary.configure(rates, peer)
+
     def frame_received(self, port: int, frame: Frame, now: float) -> None:
         """§6.5 for a frame that arrived on ``port``."""
         peer = self.peers.get(port)
         if peer is None or not peer.up:
             return
         t = frame.type
+        if self.adversary is not None and self.adversary.drops(peer.key, t):
+            self.counters[("frame_dropped", t, "adversary")] += 1
+            return
         if t == _TRAFFIC:
             self._forward_traffic(frame, port, now)
         else:
@@ -297,10 +311,13 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         if snap[3] != old[3]:
             self.emit("coords_changed", coords=list(snap[3]))
 
-    def state(self) -> dict[str, Any]:
-        """The admin API's ``GET /state`` document."""
+    def state(self, now: float | None = None) -> dict[str, Any]:
+        """The admin API's ``GET /state`` document. With ``now``, an expired descending entry (not yet
+        cleared by maintenance, and no longer used for routing) is reported as none."""
         root = self.root
         desc = self.snek.descending
+        if desc is not None and now is not None and not desc.valid(now):
+            desc = None
         return {
             "public_key": self.key.hex(),
             "root": {"key": root.key.hex(), "sequence": root.seq},

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from node.core import wire
 from node.core.adversary import Adversary, parse_drop_spec
 from node.core.types import FrameType
+
+from routerkit import Bench, identities, traffic_frame
 
 A, B = b"a" * 32, b"b" * 32
 
@@ -45,3 +48,21 @@ def test_bad_specs_say_what_is_wrong(spec: str, err: str) -> None:
 def test_spec_parses_rates_and_peer() -> None:
     assert parse_drop_spec("bootstrap=100, wakeup_broadcast=50") == ({"bootstrap": 100.0, "wakeup_broadcast": 50.0}, None)
     assert parse_drop_spec("all=10@" + "AB" * 32) == ({"all": 10.0}, "ab" * 32)
+
+
+def test_an_adversarial_router_drops_what_it_is_told_and_counts_it() -> None:
+    me, a, b = identities(3, "adversary")
+    bench = Bench(me)
+    pa, pb = bench.join(a), bench.connect(b)
+    bench.drain()
+    bench.r.set_adversary({"traffic": 100}, peer=a.public_key)
+    bench.send(pa, traffic_frame(b.public_key, a.public_key))
+    assert bench.drain() == [] and bench.r.counters[("frame_dropped", FrameType.TRAFFIC, "adversary")] == 1
+    bench.send(pb, traffic_frame(a.public_key, b.public_key))  # from b: defaults (nothing) apply
+    assert [p for p, f in bench.drain() if f.type == FrameType.TRAFFIC] == [pa]
+    # an adversary never takes the transit fast path: every frame is judged
+    bench.r.set_adversary({"all": 100})
+    raw = wire.encode_frame(traffic_frame(a.public_key, b.public_key))
+    bench.r.bytes_received(pb, [(raw[5], raw)] * 3, bench.now)
+    assert bench.drain() == [] and bench.r.fast_forwards == 0
+    assert bench.r.counters[("frame_dropped", FrameType.TRAFFIC, "adversary")] == 4
