@@ -40,7 +40,7 @@ from netem.apply import (
 from netem.check import CheckOptions, check_endpoints
 from netem.classes import default_classes
 from netem.plan import ShapingBackend
-from tests.conftest import docker_available, need
+from tests.conftest import docker_available, need, need_module
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -257,7 +257,7 @@ def test_links_check_measures_bluetooth_and_remote_within_the_issue_tolerances(r
 
 
 def test_cli_show_clear_on_the_rig_as_a_run(rig: Rig, tmp_path: Path) -> None:
-    pytest.importorskip("orchestrator.backends.docker", reason="snekbed links on a run needs the Docker backend")
+    need_module("orchestrator.backends.docker", "snekbed links on a run needs the Docker backend")
     from orchestrator.cli import main
 
     runs = tmp_path / "runs"

@@ -132,7 +132,7 @@ def test_cli_build_help_lists_the_options() -> None:
 
 @pytest.fixture(scope="module")
 def docker_client() -> Iterator[object]:
-    """A Docker client; skips without an engine, fails instead when CI=true (tests.conftest.need)."""
+    """A Docker client; skips without an engine, fails instead under CI (tests.ci.need)."""
     import docker
 
     need(*docker_available())

@@ -11,6 +11,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from node.core.crypto import Identity
 from orchestrator.cli import main
 from orchestrator.sim import run_sim_sync
 from orchestrator.sim_cli import config_from_topology
@@ -46,14 +47,28 @@ def test_line_stretch_is_exactly_one() -> None:
     assert out["stretch"]["mean"] == out["stretch"]["p95"] == 1.0
 
 
+def _expected_root(seed: int) -> tuple[str, str]:
+    """The node the seed makes root: the highest public key among the keys derived from (seed, name)."""
+    topo = load_topology(TOPOLOGIES / "sim.txt")
+    keys = {Identity(n.seed_bytes(seed)).public_key.hex(): n.name for n in topo.nodes}
+    top = max(keys)
+    return top, keys[top]
+
+
 def test_same_seed_same_result_and_seed_matters() -> None:
     a = _run("sim", seed=7, pairs=30, kill_root=True)
     b = _run("sim", seed=7, pairs=30, kill_root=True)
     c = _run("sim", seed=8, pairs=30, kill_root=True)
     for d in (a, b, c):
         d.pop("wall_s")
-    assert a == b
-    assert a["root_kill"]["killed"] != c["root_kill"]["killed"] or a != c
+    assert a == b  # deterministic for its seed, to the digit
+    # The seed picks the node keys, so the root: each run kills the root its own seed makes ...
+    for seed, out in ((7, a), (8, c)):
+        assert (out["root_kill"]["killed"], out["root_kill"]["killed_name"]) == _expected_root(seed)
+    # ... and seeds 7 and 8 make different roots (h and n): the seed reaches the protocol, not just the echo.
+    assert a["root_kill"]["killed_name"] != c["root_kill"]["killed_name"]
+    protocol = ("tree_converged_s", "snake_converged_s", "stretch", "root_kill", "frames_delivered")
+    assert [a[k] for k in protocol] != [c[k] for k in protocol]
 
 
 def test_wire_bytes_mode_gives_identical_protocol_behaviour() -> None:

@@ -23,12 +23,14 @@ links:
 """
 
 
-@pytest.fixture(autouse=True, params=["libyaml", "pure-python"])
+# Every parser this PyYAML has (a build without libyaml has only the pure-Python one): nothing to skip.
+_PARSERS = ["libyaml", "pure-python"] if yaml.__with_libyaml__ else ["pure-python"]
+
+
+@pytest.fixture(autouse=True, params=_PARSERS)
 def yaml_loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run every case with both PyYAML parsers: line numbers must not depend on which one is installed."""
     if request.param == "libyaml":
-        if not yaml.__with_libyaml__:
-            pytest.skip("PyYAML was built without libyaml")
         monkeypatch.setattr(topology_loaders, "_LOADER", yaml.CSafeLoader)
     else:
         monkeypatch.setattr(topology_loaders, "_LOADER", yaml.SafeLoader)
