@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.ci import need
 
 REPO = Path(__file__).parents[3]
