@@ -167,6 +167,15 @@ class _Sim:
     # -------------------------------------------------------------- the run
 
     async def run(self) -> dict[str, Any]:
+        """The run; when it fails or is cancelled, the recorder still closes its files and writes meta.json."""
+        try:
+            return await self._run()
+        except BaseException as exc:
+            if self.recorder is not None:
+                self.recorder.abort(self.net, exc)
+            raise
+
+    async def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         wall0 = time.perf_counter()
         if self.recorder is not None:

@@ -19,9 +19,14 @@ from orchestrator.topology_loaders import load_topology
 from tests.conftest import TOPOLOGIES, need
 
 
-def _run(name: str, **kw) -> dict:
+def _topology(name: str):
     path = TOPOLOGIES / f"{name}.txt"
-    need(path.exists(), f"topology {path} missing")
+    need(path.exists(), f"topology {path} missing (SNEKBED_SHARED names shared/ elsewhere)")
+    return path
+
+
+def _run(name: str, **kw) -> dict:
+    path = _topology(name)
     cfg = config_from_topology(load_topology(path), **kw)
     return run_sim_sync(cfg)
 
@@ -49,7 +54,7 @@ def test_line_stretch_is_exactly_one() -> None:
 
 def _expected_root(seed: int) -> tuple[str, str]:
     """The node the seed makes root: the highest public key among the keys derived from (seed, name)."""
-    topo = load_topology(TOPOLOGIES / "sim.txt")
+    topo = load_topology(_topology("sim"))
     keys = {Identity(n.seed_bytes(seed)).public_key.hex(): n.name for n in topo.nodes}
     top = max(keys)
     return top, keys[top]
@@ -82,7 +87,7 @@ def test_wire_bytes_mode_gives_identical_protocol_behaviour() -> None:
 
 def test_cli_json_contract(tmp_path) -> None:
     res = CliRunner().invoke(
-        main, ["sim", str(TOPOLOGIES / "sim.txt"), "--json", "--seed", "2", "--pairs", "10", "--kill-root"]
+        main, ["sim", str(_topology("sim")), "--json", "--seed", "2", "--pairs", "10", "--kill-root"]
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
@@ -96,7 +101,7 @@ def test_cli_json_contract(tmp_path) -> None:
 
 
 def test_cli_table_without_json() -> None:
-    res = CliRunner().invoke(main, ["sim", str(TOPOLOGIES / "sim.txt"), "--pairs", "5"])
+    res = CliRunner().invoke(main, ["sim", str(_topology("sim")), "--pairs", "5"])
     assert res.exit_code == 0, res.output
     assert "snake converged" in res.output and "pings delivered" in res.output
 
