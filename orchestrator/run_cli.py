@@ -45,7 +45,7 @@ def _load(path: Path) -> Topology:
     from .topology_loaders import load_topology
 
     try:
-        return load_topology(path)
+        return load_topology(path, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from None
 

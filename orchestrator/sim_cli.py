@@ -92,7 +92,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
         max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
     try:
-        topo = load_topology(topology)
+        topo = load_topology(topology, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from exc
     cfg = config_from_topology(
