@@ -240,6 +240,8 @@ class RunRecorder:
             return
         self._closed = True
         try:
+            if self._net is not None:  # topology links the network could not make, and why (ports_full)
+                self.meta["links_refused"] = list(self._net.links_refused)
             self.meta["outcome"] = outcome
             if error is not None:
                 self.meta["error"] = error

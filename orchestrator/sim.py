@@ -189,6 +189,8 @@ class _Sim:
             "topology": cfg.name,
             "nodes": len(cfg.nodes),
             "links": len(self.net.links),
+            "links_refused_count": len(self.net.links_refused),
+            "links_refused": self.net.links_refused,
             "seed": cfg.seed,
             "clock": cfg.clock,
             "link_delay_ms": cfg.link_delay_ms,

@@ -121,3 +121,23 @@ def test_real_clock_runs_in_wall_clock_time() -> None:
     assert out["snake_converged_s"] is not None
     assert out["pings"]["delivered"] == out["pings"]["sent"]
     assert out["wall_s"] >= out["protocol_time_s"] * 0.95, out
+
+
+def test_links_a_full_router_cannot_make_are_listed_in_output_and_metadata(tmp_path) -> None:
+    """A hub with 256 neighbours: a router has 253 ports (§3.3), so 3 links are refused and said, not lost."""
+    star = tmp_path / "star.txt"
+    star.write_text("".join(f"hub n{i:03d}\n" for i in range(256)))
+    res = CliRunner().invoke(main, ["sim", str(star), "--json", "--pairs", "3", "--record", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["links"] == 253 and out["links_refused_count"] == 3
+    assert out["links_refused"] == [{"a": "hub", "b": f"n{i}", "class": "pipe", "reason": "ports_full",
+                                     "nodes": ["hub"]} for i in (253, 254, 255)]
+    assert "warning: 3 topology links not made" in res.stderr and "hub-n253 (ports_full at hub)" in res.stderr
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["links_refused"] == out["links_refused"] and meta["outcome"] == "ok"
+
+
+def test_a_topology_that_fits_refuses_nothing() -> None:
+    out = _run("sim", seed=1, pairs=5)
+    assert out["links_refused_count"] == 0 and out["links_refused"] == [] and out["links"] == 48
