@@ -21,9 +21,11 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -149,20 +151,62 @@ def _file_lock(name: str, lock_dir: Path | None = None) -> Iterator[None]:
 
 
 def _run_streaming(argv: list[str], progress: Progress, error: type[CommandError]) -> str:
-    """Run `argv`, passing each output line to `progress`; return the output. Raises `error`."""
+    """Run `argv`, passing each output line to `progress`; return the output. Raises `error`.
+
+    The child runs in its own process group (debootstrap and pip start children of their own): when
+    anything interrupts us (Ctrl-C, an exception from `progress`), the whole group is terminated
+    (SIGTERM, then SIGKILL after GROUP_KILL_GRACE_S) before the exception propagates.
+    """
     lines: list[str] = []
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+                                env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}, start_new_session=True)
     except OSError as exc:
         raise error(argv, -1, str(exc)) from exc
     assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        progress(line.rstrip())
-    if proc.wait() != 0:
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            progress(line.rstrip())
+        proc.wait()
+    except BaseException:
+        kill_process_group(proc)
+        raise
+    finally:
+        proc.stdout.close()
+    if proc.returncode != 0:
         raise error(argv, proc.returncode, "".join(lines))
     return "".join(lines)
+
+
+GROUP_KILL_GRACE_S = 5.0
+
+
+def kill_process_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL it after GROUP_KILL_GRACE_S; reap ``proc``."""
+    for sig, wait_s in ((signal.SIGTERM, GROUP_KILL_GRACE_S), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + (wait_s or 0.0)
+        while group_running(proc.pid) and time.monotonic() < deadline:  # the leader is gone; its children?
+            time.sleep(0.05)
+        if not group_running(proc.pid):
+            return
+
+
+def group_running(pgid: int) -> list[int]:
+    """Pids of the processes in group ``pgid`` that still run (zombies waiting for a reaper do not)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return found
 
 
 # ---------------------------------------------------------------- input hashing

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from .backends.inproc import InprocNetwork, SimNode
 
-__all__ = ["RunRecorder", "versions", "new_run_id", "STATS_INTERVAL_S"]
+__all__ = ["RunRecorder", "outcome_of", "versions", "new_run_id", "STATS_INTERVAL_S"]
 
 STATS_INTERVAL_S = 10.0
 
@@ -34,6 +34,15 @@ STATS_INTERVAL_S = 10.0
 def _drop_type_name(t: Any) -> str:
     """A dropped frame's type name; a number outside the table is written as the number."""
     return FRAME_TYPE_NAMES[t] if isinstance(t, int) and 0 <= t < len(FRAME_TYPE_NAMES) else str(t)
+
+
+def outcome_of(exc: BaseException) -> str:
+    """A run's ``outcome`` for the exception that ended it: ``interrupted`` for Ctrl-C, SystemExit or a
+    cancellation (trio.Cancelled, asyncio.CancelledError: matched by name, this module imports no trio),
+    ``failed`` for anything else."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit) or type(exc).__name__ in ("Cancelled", "CancelledError"):
+        return "interrupted"
+    return "failed"
 
 
 def new_run_id() -> str:
@@ -66,6 +75,7 @@ class RunRecorder:
         self._stats: dict[str, dict[tuple[str, str, str], list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
         self._stats_since = 0.0
         self._net: InprocNetwork | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ lines
 
@@ -182,6 +192,44 @@ class RunRecorder:
         return "unknown"
 
     def finish(self, net: InprocNetwork, observer: dict[str, Any]) -> None:
+        """The run ended as planned: last stats and drop counters, ``down``, then :meth:`close` ("ok")."""
+        try:
+            self._finish_events(net)
+            self.meta["observer"] = observer
+        finally:
+            self.close("ok")
+
+    def abort(self, net: InprocNetwork | None, exc: BaseException) -> None:
+        """The run failed or was interrupted: record what can be (stats so far, a ``down`` action saying
+        why), then :meth:`close` with the outcome. Never raises over ``exc``: the caller re-raises it."""
+        outcome = outcome_of(exc)
+        try:
+            if net is not None and not self._closed:
+                self._flush_stats(net.now)
+                self.action("down", None, {"outcome": outcome}, net.now)
+        except Exception:  # noqa: S110 - the files are closed below whatever happened; exc is what matters
+            pass
+        finally:
+            self.close(outcome, error=f"{exc.__class__.__name__}: {exc}".rstrip(": "))
+
+    def close(self, outcome: str, *, error: str | None = None) -> None:
+        """Write meta.json (with ``outcome``: ok, failed or interrupted, and ``error``) and close every
+        file. Idempotent: the first call decides the outcome."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._net is not None:  # topology links the network could not make, and why (ports_full)
+                self.meta["links_refused"] = list(self._net.links_refused)
+            self.meta["outcome"] = outcome
+            if error is not None:
+                self.meta["error"] = error
+            (self.root / "meta.json").write_text(json.dumps(self.meta, indent=2))
+        finally:
+            for f in (*self._files.values(), self._actions, self._pings):
+                f.close()
+
+    def _finish_events(self, net: InprocNetwork) -> None:
         self._flush_stats(net.now)
         for name, sn in net.nodes.items():
             drops: dict[tuple[str, str], int] = defaultdict(int)
@@ -193,9 +241,3 @@ class RunRecorder:
             if sn.alive:
                 self.event(name, sn.key, "node_stopping", net.now, reason="run_finished")
         self.action("down", None, None, net.now)
-        self.meta["observer"] = observer
-        (self.root / "meta.json").write_text(json.dumps(self.meta, indent=2))
-        for f in self._files.values():
-            f.close()
-        self._actions.close()
-        self._pings.close()

@@ -2,10 +2,13 @@
 
 Without ``--run-id`` every command acts on the most recent run (``runs/LATEST``).
 ``up`` loads and validates the topology before anything touches Docker, so a bad
-file fails with its file, line and field and nothing is created.
+file fails with its file, line and field and nothing is created. When ``up`` fails or
+is interrupted (Ctrl-C) after that, it removes every container and network it created
+(by the run's label) before exiting, and meta.json records ``outcome`` and ``rollback``.
+A run that comes up but does not converge in time stays up for inspection (exit 1).
 
 Exit codes: 0 done; 1 not converged in time, pings lost, or leftovers after
-``down``; 2 bad usage; 130 interrupted (what was created stays labelled for ``down``).
+``down``; 2 bad usage; 130 interrupted (rolled back).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _console(stderr: bool = False) -> Any:
 def _load(path: Path) -> Topology:
     """The validated topology; TopologyError becomes a ClickException naming file, line and field."""
     try:
-        return load_topology(path)
+        return load_topology(path, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -143,8 +146,7 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
         out = _up_docker(topo, run, seed=seed, timeout_s=timeout_s, shaping=shaping, pool=address_pool, image=image,
                          workers=workers, as_json=as_json)
     except KeyboardInterrupt:
-        err.print(f"[red]interrupted[/]: everything created so far is labelled snekbed.run={run.run_id}; "
-                  f"remove it with `snekbed down --run-id {run.run_id}`")
+        err.print(f"[red]interrupted[/]: {_rolled_back(run)}")
         sys.exit(130)
     if not out["converged"]:
         sys.exit(1)
@@ -188,8 +190,7 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
                                               shaping=shaping_choice, timeout_s=timeout_s, progress=progress,
                                               converge_progress=converging)
         except (DockerBackendError, ImageError, RunError) as exc:
-            raise click.ClickException(f"{exc}\n(run {run.run_id}: remove what was created with "
-                                       f"`snekbed down --run-id {run.run_id}`)") from None
+            raise click.ClickException(f"{exc}\n({_rolled_back(run)})") from None
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name, "nodes": len(result.containers),
            "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
            "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary()}
@@ -203,6 +204,20 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
                   f"started; networks {result.network_s:.1f} s, containers {result.container_s:.1f} s; "
                   f"shaping {result.shaping_backend}; run dir {run.path}")
     return out
+
+
+def _rolled_back(run: RunDir) -> str:
+    """What the rollback of a failed or interrupted ``up`` did (start_run removed it by label), in words."""
+    done = run.meta().get("rollback")
+    if done is None:
+        return f"run {run.run_id}: nothing was created on the engine"
+    left = done.get("containers_left", 0) or done.get("networks_left", 0)
+    said = (f"run {run.run_id} rolled back: removed {done.get('containers_removed', 0)} containers and "
+            f"{done.get('networks_removed', 0)} networks")
+    if left or done.get("errors"):
+        said += (f"; LEFT {done.get('containers_left', 0)} containers, {done.get('networks_left', 0)} networks "
+                 f"({'; '.join(done.get('errors') or [])}): `snekbed down --run-id {run.run_id}` removes them")
+    return said
 
 
 def _fmt(x: float | None) -> str:

@@ -192,6 +192,15 @@ class _Sim:
     # -------------------------------------------------------------- the run
 
     async def run(self) -> dict[str, Any]:
+        """The run; when it fails or is cancelled, the recorder still closes its files and writes meta.json."""
+        try:
+            return await self._run()
+        except BaseException as exc:
+            if self.recorder is not None:
+                self.recorder.abort(self.net, exc)
+            raise
+
+    async def _run(self) -> dict[str, Any]:
         cfg = self.cfg
         wall0 = time.perf_counter()
         if self.recorder is not None:
@@ -205,6 +214,8 @@ class _Sim:
             "topology": cfg.name,
             "nodes": len(cfg.nodes),
             "links": len(self.net.links),
+            "links_refused_count": len(self.net.links_refused),
+            "links_refused": self.net.links_refused,
             "seed": cfg.seed,
             "clock": cfg.clock,
             "link_delay_ms": cfg.link_delay_ms,

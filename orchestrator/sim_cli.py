@@ -70,6 +70,16 @@ def _table(out: dict) -> None:
     t.add_row("wall time (s)", fmt(out["wall_s"]))
     t.caption = "hops counted per link; " + out["hops_counted"].split(";")[0]
     Console().print(t)
+    if refused := out.get("links_refused"):
+        Console(stderr=True, highlight=False).print(refused_sentence(refused))
+
+
+def refused_sentence(refused: list[dict]) -> str:
+    """``N topology links were not made: a-b (ports_full at a), ...`` (the first ten, then a count)."""
+    shown = ", ".join(f"{r['a']}-{r['b']} ({r['reason']} at {'/'.join(r['nodes']) or '?'})" for r in refused[:10])
+    more = f" and {len(refused) - 10} more" if len(refused) > 10 else ""
+    return (f"{len(refused)} topology link{'s' if len(refused) > 1 else ''} not made (a router has 253 ports; "
+            f"the reference refuses the extra peerings too): {shown}{more}; all in --json links_refused")
 
 
 @click.command()
@@ -92,7 +102,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
         max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
     try:
-        topo = load_topology(topology)
+        topo = load_topology(topology, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from exc
     cfg = config_from_topology(
@@ -102,6 +112,8 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
     if as_json:
         out = run_sim_sync(cfg)
         click.echo(json.dumps(out))
+        if out["links_refused"]:
+            click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 

@@ -6,7 +6,9 @@ Formats, chosen by suffix (and, for ``.json``, by content):
 * ``.txt``: a pinecone simulator edge list. Each non-empty line is a walk; every
   two consecutive names on it are linked. ``#`` starts a comment. Like the
   reference simulator (cmd/pineconesim/main.go), a pair that appears again
-  (in either order) makes no second peering.
+  (in either order) makes no second peering and a name that follows itself
+  (``a b c c``) makes no self-link; both are skipped with a TopologyWarning
+  naming the file and the lines.
 * ``.json``: NetJSON ``NetworkGraph`` (``"type": "NetworkGraph"``), meshnet-lab
   JSON (``links`` of ``source``/``target``, ``nodes`` optional), or the native
   document as written by ``Topology.to_json()``.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from orchestrator.topology import NODE_NAME_RE, Loc, NodeSpec, Topology, TopologyError, format_loc
 
-__all__ = ["load_topology", "load_yaml", "load_json", "load_edge_list", "parse_yaml", "parse_json", "parse_edge_list"]
+__all__ = ["TopologyWarning", "load_topology", "load_yaml", "load_json", "load_edge_list", "parse_yaml", "parse_json", "parse_edge_list"]
 
 YAML_SUFFIXES = {".yaml", ".yml"}
 JSON_SUFFIXES = {".json", ".netjson"}
@@ -43,12 +46,28 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same results, ~10x faster
 
 
-def load_topology(path: str | Path, *, default_class: str = "pipe") -> Topology:
+def load_topology(path: str | Path, *, default_class: str = "pipe",
+                  on_warning: Callable[[str], None] | None = None) -> Topology:
     """Read ``path`` as YAML, JSON or a pinecone edge list (by suffix).
 
-    Raises TopologyError (unreadable file, unknown suffix, syntax or validation problems).
+    What the file has that is skipped (TopologyWarning) goes to ``on_warning`` (the CLIs print it
+    on stderr) or, without one, through :mod:`warnings`. Raises TopologyError (unreadable file,
+    unknown suffix, syntax or validation problems).
     """
-    path = Path(path)
+    if on_warning is None:
+        return _load_topology(Path(path), default_class)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TopologyWarning)
+        topo = _load_topology(Path(path), default_class)
+    for w in caught:
+        if issubclass(w.category, TopologyWarning):
+            on_warning(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return topo
+
+
+def _load_topology(path: Path, default_class: str) -> Topology:
     suffix = path.suffix.lower()
     if suffix in YAML_SUFFIXES:
         return load_yaml(path)
@@ -369,6 +388,20 @@ def _from_meshnet(
 
 # -- pinecone edge lists ----------------------------------------------------------------------------
 
+_SKIPPED_SHOWN = 10
+
+
+class TopologyWarning(UserWarning):
+    """Something in a topology file was skipped, as the reference's loader skips it (the file still loads)."""
+
+
+def _skipped_sentence(file: str | None, what: str, skipped: list[str]) -> str:
+    shown = "; ".join(skipped[:_SKIPPED_SHOWN])
+    more = f"; and {len(skipped) - _SKIPPED_SHOWN} more" if len(skipped) > _SKIPPED_SHOWN else ""
+    plural = "s" if len(skipped) > 1 else ""
+    return f"{file or '<text>'}: {len(skipped)} {what}{plural} skipped (no peering made): {shown}{more}"
+
+
 
 def load_edge_list(path: str | Path, *, default_class: str = "pipe") -> Topology:
     """Read a pinecone simulator edge list (one walk per line). Raises TopologyError."""
@@ -383,9 +416,16 @@ def parse_edge_list(
 
     Errors name the line and the token (``token 3``); validation errors name the
     line where the node or link first appeared. Raises TopologyError.
+
+    As the reference simulator's loader does, a self-link (a name that follows itself,
+    ``a b c c``) and a pair already linked (in either order) make no peering; the names
+    are still nodes. Each kind is skipped with one TopologyWarning naming the file and
+    every line (and, for a repeat, the line of the peering that was made).
     """
     nodes: dict[str, int] = {}  # name -> index
-    pairs: set[frozenset[str]] = set()
+    pairs: dict[frozenset[str], int] = {}  # pair -> line of its peering
+    self_links: list[str] = []
+    repeated: list[str] = []
     links: list[dict[str, Any]] = []
     lines: dict[Loc, int] = {}
     for lineno, raw_line in enumerate(text.splitlines(), 1):
@@ -403,14 +443,19 @@ def parse_edge_list(
                 lines[("nodes", len(nodes))] = lineno
                 nodes[token] = len(nodes)
         for k, (a, b) in enumerate(itertools.pairwise(tokens), 2):
-            if a == b:
-                raise TopologyError(f"self-link: {a!r} follows itself", file=file, line=lineno, field=f"token {k}")
-            if (pair := frozenset((a, b))) in pairs:
+            if a == b:  # the reference makes the node, never the peering
+                self_links.append(f"line {lineno} token {k}: {a!r} follows itself")
                 continue
-            pairs.add(pair)
+            if (pair := frozenset((a, b))) in pairs:
+                repeated.append(f"line {lineno} token {k}: {a!r}-{b!r} (first on line {pairs[pair]})")
+                continue
+            pairs[pair] = lineno
             lines[("links", len(links))] = lineno
             links.append({"a": a, "b": b, "class": default_class})
     if not nodes:
         raise TopologyError("no nodes: every line is empty or a comment", file=file, line=None)
+    for what, skipped in (("self-link", self_links), ("repeated link", repeated)):
+        if skipped:
+            warnings.warn(TopologyWarning(_skipped_sentence(file, what, skipped)), stacklevel=2)
     data = {"name": name or _default_name(file), "nodes": [{"name": n} for n in nodes], "links": links}
     return Topology.from_data(data, file=file, lines=lines)

@@ -1,31 +1,22 @@
 """Shared test helpers.
 
 Tests that need Docker, Java or Prometheus call ``need(...)``: on a laptop
-without the thing they skip and say why; with CI=true they fail, so CI can
-never go green by skipping what it was meant to run.
+without the thing they skip and say why; under CI (tests/ci.py: CI=1, true or yes)
+they fail, so CI can never go green by skipping what it was meant to run.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+from tests.ci import IN_CI, REPO, SHARED, need, need_module
+
+__all__ = ["IN_CI", "REPO", "SHARED", "TOPOLOGIES", "docker_available", "java_available", "need", "need_module"]
+
 TOPOLOGIES = SHARED / "topologies" / "pinecone"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def need(ok: bool, why: str) -> None:
-    """Skip (laptop) or fail (CI=true) when a required component is missing."""
-    if ok:
-        return
-    if IN_CI:
-        pytest.fail(f"CI=true and a required component is missing: {why}")
-    pytest.skip(why)
 
 
 def docker_available() -> tuple[bool, str]:

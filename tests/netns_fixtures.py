@@ -1,7 +1,7 @@
 """Fixtures and helpers for tests that need the real kernel tools (network namespaces, tc, iptables).
 
 Tests that run ip/tc/iptables need root and iproute2. They skip with a reason when
-those are missing, except under CI=true, where a missing tool is a failure.
+those are missing, except under CI (tests/ci.py), where a missing tool is a failure.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import need
+from tests.ci import need
 
 
 def require_kernel_tools(*tools: str) -> None:
-    """Skip (or, with CI=true, fail) unless we are root and ``ip`` plus ``tools`` are on PATH."""
+    """Skip (or, under CI, fail) unless we are root and ``ip`` plus ``tools`` are on PATH."""
     need(os.geteuid() == 0, f"needs root (euid {os.geteuid()}) to create network namespaces")
     missing = [t for t in ("ip", *tools) if shutil.which(t) is None]
     need(not missing, f"needs {', '.join(missing)} (apt-get install iproute2 iptables ethtool)")
@@ -41,7 +41,7 @@ def netns() -> Iterator[str]:
 
 @pytest.fixture
 def kernel_tools() -> None:
-    """Skip (or fail under CI=true) unless root with ip, tc and iptables."""
+    """Skip (or fail under CI) unless root with ip, tc and iptables."""
     require_kernel_tools("tc", "iptables")
 
 

@@ -25,8 +25,10 @@ Cleanup (:meth:`DockerBackend.down`) goes by label only: containers first
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +94,19 @@ _NOT_IN_URI = ("duplicate_pct", "corrupt_pct", "reorder_pct")
 REDIAL_MAX_S = 3.0
 STOP_TIMEOUT_S = 3  # seconds between SIGTERM and SIGKILL when a run is taken down
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored inside the block (main thread only; elsewhere signals are not ours to set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _noop(_phase: str, _done: int, _total: int) -> None:
@@ -318,7 +333,10 @@ class DockerBackend:
                     link_backends[index] = shaping_backend if not shapes[index].is_noop else "none"
                 progress("containers", len(containers), len(launches))
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)  # in-flight creates finish labelled; down removes them
+            # In-flight creates finish labelled and the caller's rollback (or `down`) removes them; a second
+            # Ctrl-C meanwhile must not cut the wait short, or a create could land after the rollback.
+            with sigint_ignored():
+                pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
         for ln in plan.links:

@@ -9,6 +9,7 @@ themselves through a bind mount.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import random
 import time
@@ -23,10 +24,11 @@ from netem.plan import ShapingBackend
 from netem.probe import probe
 from orchestrator.image import NODE_ADMIN_PORT
 from orchestrator.observe import check_convergence
+from orchestrator.record import outcome_of
 from orchestrator.runs import RunDir, RunError, versions
 from orchestrator.topology import Topology
 
-from .docker import DockerBackend, NodeLaunch, UpResult
+from .docker import DockerBackend, DownReport, NodeLaunch, UpResult, sigint_ignored
 from .docker_net import AddressPlan, DockerBackendError
 from .docker_observe import (
     POLL_S,
@@ -38,7 +40,7 @@ from .docker_observe import (
     wait_converged,
 )
 
-__all__ = ["DockerSession", "start_run", "choose_shaping", "PING_TIMEOUT_S"]
+__all__ = ["DockerSession", "start_run", "roll_back", "choose_shaping", "PING_TIMEOUT_S"]
 
 PING_TIMEOUT_S = 5.0  # §8: the reference's ping timeout
 
@@ -270,9 +272,41 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
     """Bring ``topology`` up as run ``run`` and wait (up to ``timeout_s`` after the last start) for convergence.
 
     meta.json and docker.json are written as soon as the plan is fixed, before any
-    container exists. Raises DockerBackendError; on any exception (or Ctrl-C) what
-    was created stays labelled for ``snekbed down``.
+    container exists. On any exception (DockerBackendError, Ctrl-C, a cancelled
+    caller) everything created so far is removed by its label (:func:`roll_back`),
+    meta.json says so (``outcome``, ``rollback``) and the exception propagates.
     """
+    try:
+        return _start_run(topology, run, backend=backend, image=image, seed=seed, shaping=shaping,
+                          timeout_s=timeout_s, progress=progress, converge_progress=converge_progress)
+    except BaseException as exc:
+        roll_back(run, backend, exc)
+        raise
+
+
+def roll_back(run: RunDir, backend: DockerBackend, exc: BaseException) -> DownReport:
+    """Remove every container, network and volume labelled with the run (shaping lives in the
+    containers' namespaces and goes with them), with SIGINT ignored meanwhile so a second Ctrl-C
+    cannot leave the rollback half done; record the outcome in meta.json. Never raises."""
+    with sigint_ignored():
+        try:
+            report = backend.down(run.run_id)
+        except Exception as down_exc:  # the engine went away: say so, the labels still allow `snekbed down`
+            report = DownReport(errors=[f"rollback failed: {down_exc.__class__.__name__}: {down_exc}"])
+    try:
+        run.update_meta(outcome=outcome_of(exc), error=f"{exc.__class__.__name__}: {exc}".rstrip(": "),
+                        rollback=dataclasses.asdict(report))
+        run.action("down", None, {"rollback": outcome_of(exc), **dataclasses.asdict(report)})
+    except OSError:
+        pass  # the run directory itself is unwritable: the engine side is what matters here
+    return report
+
+
+def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image: str, seed: int | str,
+               shaping: tuple[ShapingBackend, str], timeout_s: float,
+               progress: Callable[[str, int, int], None] | None,
+               converge_progress: Callable[[float, int, int], None] | None,
+               ) -> tuple[DockerSession, UpResult, Convergence]:
     shaping_backend, why = shaping
 
     def on_plan(plan: AddressPlan, launches: dict[str, NodeLaunch]) -> None:
@@ -302,7 +336,7 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
     session = DockerSession.open(run, backend)
     conv = session.converge(t0=result.t_last_start, timeout_s=timeout_s, what="up", progress=converge_progress)
     run.update_meta(observer={"up": {**conv.summary(), "networks_s": round(result.network_s, 3),
-                                     "containers_s": round(result.container_s, 3)}})
+                                     "containers_s": round(result.container_s, 3)}}, outcome="ok")
     return session, result, conv
 
 

@@ -24,7 +24,7 @@ import trio
 from node.core import wire
 from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
-from node.core.router import Encoded, Router, Timers
+from node.core.router import MAX_PORTS, Encoded, Router, Timers
 from node.core.types import Frame, LinkType
 
 __all__ = ["InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
@@ -115,6 +115,8 @@ class InprocNetwork:
             r = Router(ident, start, timers=timers, detail_events=detail_events)
             self.nodes[name] = SimNode(name, r)
         self._pending_links = list(links)
+        #: Topology links :meth:`start` could not make, with why (``ports_full``: a router has 253 ports).
+        self.links_refused: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ building
 
@@ -125,8 +127,18 @@ class InprocNetwork:
         for link in self._pending_links:
             a, b, cls = link[:3]
             opts = link[3] if len(link) > 3 else {}
-            self.connect(a, b, cls, **opts)
+            if self.connect(a, b, cls, **opts) is None:
+                self.links_refused.append(self._refusal(a, b, cls))
         self._pending_links = []
+
+    def _refusal(self, a: str, b: str, link_class: str) -> dict[str, Any]:
+        """Why a topology link was not made: which end had no free port (§3.6: 253 per router), or a dead node."""
+        na, nb = self.nodes[a], self.nodes[b]
+        if not (na.alive and nb.alive):
+            return {"a": a, "b": b, "class": link_class, "reason": "node_down",
+                    "nodes": [n.name for n in (na, nb) if not n.alive]}
+        full = [n.name for n in (na, nb) if len(n.router.peers) >= MAX_PORTS]
+        return {"a": a, "b": b, "class": link_class, "reason": "ports_full", "nodes": full}
 
     def _default_shaper(self, end_rng: random.Random) -> Shaper:
         mean = self.link_delay_s

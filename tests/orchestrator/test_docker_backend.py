@@ -203,27 +203,46 @@ def analyze_docker_run(run_dir: Path, out: Path, killed: list[str]) -> None:
     assert (out / "report.html").is_file() and (out / "convergence_cdf.png").is_file()
 
 
-def test_up_interrupted_halfway_leaves_nothing_after_down(client: object, image: str, run_id: str,
-                                                          tmp_path: Path) -> None:
+def test_up_interrupted_halfway_rolls_back_everything_without_down(client: object, image: str, run_id: str,
+                                                                   tmp_path: Path) -> None:
+    """SIGINT while the containers are being created: `up` itself removes every labelled container and
+    network before it exits (no `snekbed down`), and meta.json says it was interrupted and rolled back."""
     runs = ["--run-id", run_id, "--runs-dir", str(tmp_path)]
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "up", str(MESH12), "--image", image,
                              "--workers", "2", *runs], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=REPO)
     try:
         deadline = time.monotonic() + 120
-        while labelled(client, run_id)[0] < 4:
+        while labelled(client, run_id)[0] < 1:  # poll the engine until a labelled container exists
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no containers appeared"
-            time.sleep(0.1)
+            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
-    assert f"snekbed down --run-id {run_id}" in err
-    containers, networks = labelled(client, run_id)
-    assert 4 <= containers < 12 and networks == 18  # half-way: the networks exist, not every container
-    down = json_out(snekbed("down", "--json", *runs))
-    assert down["containers_removed"] == containers and down["networks_removed"] == 18
+    assert labelled(client, run_id) == (0, 0), err[-2000:]  # nothing left, and `down` was never called
+    meta = json.loads((tmp_path / run_id / "meta.json").read_text())
+    assert meta["outcome"] == "interrupted" and meta["error"] == "KeyboardInterrupt", meta
+    rollback = meta["rollback"]
+    # half-way: every network existed, not every container (mesh-12: 12 nodes, 17 links + the control network)
+    assert 1 <= rollback["containers_removed"] < 12 and rollback["networks_removed"] == 18, rollback
+    assert rollback["containers_left"] == rollback["networks_left"] == 0 and rollback["errors"] == [], rollback
+    assert f"run {run_id} rolled back: removed {rollback['containers_removed']} containers and 18 networks" in err
+    actions = [json.loads(x) for x in (tmp_path / run_id / "actions.jsonl").read_text().splitlines()]
+    assert actions[-1]["action"] == "down" and actions[-1]["detail"]["rollback"] == "interrupted", actions
+
+
+def test_up_that_fails_rolls_back_what_it_created(client: object, run_id: str, tmp_path: Path) -> None:
+    """A create that fails (an image the engine does not have) after the networks exist: they are removed."""
+    runs = ["--run-id", run_id, "--runs-dir", str(tmp_path)]
+    done = snekbed("up", str(LINE5), "--image", f"snekbed-no-such-image:{run_id}", *runs)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "starting node" in done.stderr and f"snekbed-no-such-image:{run_id}" in done.stderr, done.stderr
     assert labelled(client, run_id) == (0, 0)
+    meta = json.loads((tmp_path / run_id / "meta.json").read_text())
+    assert meta["outcome"] == "failed" and meta["error"].startswith("DockerBackendError: starting node"), meta
+    assert meta["rollback"]["networks_removed"] == 5 and meta["rollback"]["containers_left"] == 0, meta
+    assert f"run {run_id} rolled back: removed" in done.stderr

@@ -132,7 +132,7 @@ def test_cli_build_help_lists_the_options() -> None:
 
 @pytest.fixture(scope="module")
 def docker_client() -> Iterator[object]:
-    """A Docker client; skips without an engine, fails instead when CI=true (tests.conftest.need)."""
+    """A Docker client; skips without an engine, fails instead under CI (tests.ci.need)."""
     import docker
 
     need(*docker_available())
@@ -310,3 +310,21 @@ def test_missing_explicit_base_is_a_clear_error(docker_client: object) -> None:
     name = f"snekbed-no-such-base-{uuid.uuid4().hex[:8]}:nope"
     with pytest.raises(img.BaseImageError, match=f"base image {re.escape(name)} is not present locally"):
         img.resolve_base(docker_client, name)
+
+
+def test_an_interrupted_build_step_leaves_no_child_running() -> None:
+    """Ctrl-C (here: KeyboardInterrupt raised from the progress callback, as it reaches the streaming loop)
+    while a step runs: its whole process group (the step and the children it started) is terminated."""
+    from orchestrator.image import CommandError, _run_streaming, group_running
+
+    script = 'sleep 300 & echo "group $$"; sleep 300; wait'  # a child in the background, like debootstrap's
+    group: list[int] = []
+
+    def progress(line: str) -> None:
+        group.append(int(line.split()[1]))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run_streaming(["sh", "-c", script], progress, CommandError)
+    (pgid,) = group
+    assert group_running(pgid) == []  # none left running (a zombie waits for a reaper: it runs nothing)

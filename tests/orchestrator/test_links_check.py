@@ -21,7 +21,6 @@ from contract.links import LinkShape, default_classes
 from netem.measure import MeasureError, best_throughput, exec_python, node_rtt, tcp_throughput, udp_loss
 from orchestrator.links_check import (
     LOSS_TOLERANCE_PP,
-    OVERLOAD_PER_CPU,
     PING_FRAME_BYTES,
     CheckOptions,
     LinkCheck,
@@ -89,36 +88,46 @@ def _shape_both(pair: tuple[NsContainer, NsContainer], shape: LinkShape) -> None
 
 # ---------------------------------------------------------------- measurements on a real shaped veth
 
-
-def _overloaded() -> str | None:
-    load = host_load()
-    cpus = os.cpu_count() or 1
-    return f"1-min load {load:g} on {cpus} CPUs" if load is not None and load > OVERLOAD_PER_CPU * cpus else None
+LOSS_ATTEMPTS = 3
 
 
 @pytest.mark.slow
 def test_loss_and_rate_measured_through_kernel_partial_shaping(pair):
+    """Loss and rate through real tbf + iptables shaping, judged with the check's tolerances.
+
+    A loaded host can spoil a reading only one way: a stalled receiver adds loss (its socket buffer
+    overflows) and a stalled sender lowers the rate; the limiters never make either better. So a
+    reading outside tolerance is measured again (loss up to LOSS_ATTEMPTS, the rate by
+    best_throughput), the best is judged, and every attempt is in the assertion message.
+    """
     _shape_both(pair, LinkShape(rate_mbit=8, loss_pct=2, queue_limit_pkts=50))
-    ab, ba = udp_loss(pair[0], pair[1], A_IP, B_IP, count=5000, rate_mbit=8, names=("a", "b"))
+    losses = []
+    for _ in range(LOSS_ATTEMPTS):
+        ab, ba = udp_loss(pair[0], pair[1], A_IP, B_IP, count=5000, rate_mbit=8, names=("a", "b"))
+        losses.append((ab, ba))
+        for r in (ab, ba):
+            assert r.sent == 5000 and r.send_errors == 0 and r.duplicates == 0
+        assert (ab.direction, ba.direction) == ("a->b", "b->a")
+        if all(abs(r.loss_pct - 2) <= LOSS_TOLERANCE_PP for r in (ab, ba)):
+            break
     # The rate is measured with the same shape minus the loss: one TCP flow cannot fill a link that
     # drops 2 % of its segments (it measured 6 of 8 Mbit/s once), and the tbf rate is what is judged here.
     # A reading can still be low on a busy CI host (6.85 of 8 once): best_throughput measures again.
     _shape_both(pair, LinkShape(rate_mbit=8, queue_limit_pkts=50))
     tries = best_throughput(pair[0], pair[1], A_IP, B_IP, nbytes=1_500_000, floor_mbit=8 * 0.9)
     result = max(tries, key=lambda r: r.link_mbit)
-    assert all(r.link_mbit < 8 * 1.1 for r in tries), [r.link_mbit for r in tries]  # the limiter caps every try
-    for r in (ab, ba):
-        assert r.sent == 5000 and r.send_errors == 0 and r.duplicates == 0
-    assert (ab.direction, ba.direction) == ("a->b", "b->a")
+    measured = {"loss attempts (a->b, b->a)": [(ab.loss_pct, ba.loss_pct) for ab, ba in losses],
+                "link_mbit attempts": [r.link_mbit for r in tries], "1-min load": host_load(),
+                "cpus": os.cpu_count()}
+    assert all(r.link_mbit < 8 * 1.1 for r in tries), measured  # the limiter caps every try
     assert result.dev == "va" and result.payload_bytes == 1_500_000
     assert 1.03 < result.overhead < 1.12  # headers (1514/1448), and any retransmissions
     assert result.goodput_mbit < result.link_mbit
-    measured = {"a->b loss": ab.loss_pct, "b->a loss": ba.loss_pct, "link_mbit": [r.link_mbit for r in tries]}
-    ok = all(abs(r.loss_pct - 2) <= LOSS_TOLERANCE_PP for r in (ab, ba))  # sigma is 0.2 pp at n=5000: 1 pp is 5 sigma
-    ok = ok and result.link_mbit == pytest.approx(8, rel=0.10)
-    if not ok and (why := _overloaded()):  # said, never silent: a saturated host stalls the programs themselves
-        pytest.xfail(f"host overloaded ({why}): {measured}")
-    assert ok, measured
+    best_ab = min(ab.loss_pct for ab, _ in losses)
+    best_ba = min(ba.loss_pct for _, ba in losses)
+    # sigma is 0.2 pp at n=5000: 1 pp is 5 sigma, and the least of 3 attempts moves it by under 0.2 pp
+    assert abs(best_ab - 2) <= LOSS_TOLERANCE_PP and abs(best_ba - 2) <= LOSS_TOLERANCE_PP, measured
+    assert result.link_mbit == pytest.approx(8, rel=0.10), measured
 
 
 def test_unshaped_veth_loses_nothing(pair):

@@ -3,7 +3,7 @@
 apply_endpoint/clear_endpoint/endpoint_state take a runner ``(pid, argv)``; here it
 runs ``ip netns exec <ns> argv`` instead of ``nsenter -t <pid> -n argv``, so the very
 same code shapes a veth in a namespace this test created. Root and iproute2/iptables
-are needed (skipped with a reason otherwise; failures under CI=true).
+are needed (skipped with a reason otherwise; failures under CI, see tests/ci.py).
 """
 
 from __future__ import annotations
@@ -143,12 +143,15 @@ def test_switching_to_a_shape_without_rate_or_loss_removes_the_old_kernel_shapin
     assert len(to_userspace.removed) == 2 and endpoint_state(endpoint(), "userspace", run=run).in_sync
 
 
-def test_kernel_netem_fails_loudly_where_the_kernel_has_no_netem(shaped_ns):
+def test_kernel_netem_shapes_or_fails_loudly_by_what_the_probe_found(shaped_ns):
+    """Where the kernel has netem, kernel-netem applies and is in sync; where it has none, it fails loudly."""
     from netem.probe import probe
 
     run, endpoint = shaped_ns
     if probe().netem:
-        pytest.skip("this kernel has netem")
+        apply_endpoint(endpoint(), "kernel-netem", run=run)
+        assert endpoint_state(endpoint(), "kernel-netem", run=run).in_sync
+        return
     with pytest.raises(ShapingError, match=r"applying kernel-netem: `tc qdisc replace dev va root handle 1: netem"):
         apply_endpoint(endpoint(), "kernel-netem", run=run)
 

@@ -39,7 +39,7 @@ from orchestrator.shaping import (
     node_peer_query,
 )
 from orchestrator.shaping_runs import apply_run, reapply, record_path, show_run
-from tests.conftest import docker_available, need
+from tests.conftest import docker_available, need, need_module
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -224,17 +224,18 @@ def test_links_check_measures_bluetooth_and_remote_within_the_issue_tolerances(r
 
     record = load_record(record_path(rig.run_id, tmp_path))
     results = check_endpoints(rig.endpoints(), record=record, client=rig.client, keys=rig.keys,
-                              options=CheckOptions(rtt_samples=150, loss_probes=5000, transfer_s=3.0))
+                              options=CheckOptions(rtt_samples=150, loss_probes=5000, transfer_s=3.0,
+                                                      rate_attempts=5))
     report = [r.to_json() for r in results]
     for r in report:  # shown with -s
         print(f"link {r['link']} {r['class']}: pass={r['pass']} asked={r['asked']} got={r['got']} "
               f"conditions={r['conditions']} fallback={r['fallback']!r}")
     assert [(r["link"], r["class"]) for r in report] == [("0", "bluetooth"), ("1", "remote")]
-    failed = {(r["link"], m): c for r in report for m, c in r["checks"].items() if not c["pass"]}
-    overloaded = [r["conditions"] for r in report if r["conditions"]["overloaded"]]
-    if failed and overloaded:  # said, never silent: the nodes' delay timers run late on a saturated host
-        pytest.xfail(f"host overloaded while measuring ({overloaded}); failed: {failed}")
     for r in report:
+        # A loaded host makes the nodes' delay timers late (RTT high) and stalls transfers (rate low):
+        # the check measures such a reading again (rate_attempts) and judges the best; every attempt
+        # and the host load are in got/conditions, shown with any failure. Never an expected failure.
+        assert len(r["got"]["rtt_attempts_ms"]) <= 5, r["got"]
         assert r["backend"] == "kernel-partial"
         assert r["probe"]["netem"] is False or r["fallback"] is None
         if not r["probe"]["netem"]:
@@ -242,7 +243,7 @@ def test_links_check_measures_bluetooth_and_remote_within_the_issue_tolerances(r
         assert r["tolerance"] == {"rtt_pct": 10.0, "rtt_floor_ms": 1.0, "rate_pct": 10.0, "loss_pp": 1.0}
         assert any(v.startswith("node userspace") for v in r["shaping"].values())
         for metric in ("rtt", "loss", "rate"):
-            assert r["checks"][metric]["pass"], (r["link"], metric, r["checks"][metric], r["got"])
+            assert r["checks"][metric]["pass"], (r["link"], metric, r["checks"][metric], r["got"], r["conditions"])
         assert r["pass"] is True
         shape = CLASSES[r["class"]].shape
         assert r["asked"]["rtt_ms"] >= 2 * shape.delay_ms  # the delay is the node's: plain ICMP would show ~0.2 ms
@@ -255,7 +256,7 @@ def test_links_check_measures_bluetooth_and_remote_within_the_issue_tolerances(r
 
 
 def test_cli_show_clear_on_the_rig_as_a_run(rig: Rig, tmp_path: Path) -> None:
-    pytest.importorskip("orchestrator.backends.docker", reason="snekbed links on a run needs the Docker backend")
+    need_module("orchestrator.backends.docker", "snekbed links on a run needs the Docker backend")
     from orchestrator.cli import main
 
     runs = tmp_path / "runs"

@@ -5,18 +5,19 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import warnings
 from pathlib import Path
 
 import networkx as nx
 import pytest
+from click.testing import CliRunner
 
+from orchestrator.cli import main
 from orchestrator.generators import grid, mesh_mixed
 from orchestrator.topology import Topology, TopologyError
-from orchestrator.topology_loaders import load_topology
-from orchestrator.topology_loaders import parse_edge_list, parse_json, parse_yaml
+from orchestrator.topology_loaders import TopologyWarning, load_topology, parse_edge_list, parse_json, parse_yaml
+from tests.ci import REPO, SHARED
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
 PINECONE = sorted((SHARED / "topologies" / "pinecone").glob("*.txt"))
 
 
@@ -69,6 +70,52 @@ def test_sim_txt_dedupes_repeated_walk_steps() -> None:
     steps = sum(len(line.split()) - 1 for line in text.splitlines() if line.split())
     topo = parse_edge_list(text, file="sim.txt")
     assert steps == 66 and len(topo.links) == 48 and len(topo.nodes) == 26
+
+
+def test_sim_txt_repeated_steps_are_skipped_with_one_warning_naming_every_line() -> None:
+    path = SHARED / "topologies" / "pinecone" / "sim.txt"
+    with pytest.warns(TopologyWarning) as caught:
+        load_topology(path)
+    (w,) = caught
+    message = str(w.message)
+    assert message.startswith(f"{path}: 18 repeated links skipped (no peering made): line ")
+    assert message.endswith("; and 8 more")  # ten named, the rest counted
+
+
+def test_edge_list_self_links_and_repeats_are_skipped_like_the_reference_loader(tmp_path: Path) -> None:
+    """cmd/pineconesim/main.go: every name on a line is a node; a name that follows itself and a pair
+    already linked (either order) make no peering. The file loads; each kind is one warning."""
+    path = tmp_path / "walks.txt"
+    path.write_text("a b c c\n# comment\nd d\nc b a\nb e\n")
+    notes: list[str] = []
+    topo = load_topology(path, on_warning=notes.append)
+    assert topo.node_names == ["a", "b", "c", "d", "e"]  # d is a node, with no link (as in the reference)
+    assert [(link.a, link.b) for link in topo.links] == [("a", "b"), ("b", "c"), ("b", "e")]
+    assert notes == [
+        f"{path}: 2 self-links skipped (no peering made): line 1 token 4: 'c' follows itself; "
+        "line 3 token 2: 'd' follows itself",
+        f"{path}: 2 repeated links skipped (no peering made): line 4 token 2: 'c'-'b' (first on line 1); "
+        "line 4 token 3: 'b'-'a' (first on line 1)",
+    ]
+    with pytest.warns(TopologyWarning, match=r"walks\.txt: 2 self-links skipped .*line 1 token 4"):
+        assert load_topology(path).to_dict() == topo.to_dict()  # without a callback: the warnings module
+
+
+def test_a_clean_edge_list_warns_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "clean.txt"
+    path.write_text("a b c\nc d\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_topology(path).links) == 3
+
+
+def test_the_sim_cli_prints_the_warning_on_stderr_and_runs(tmp_path: Path) -> None:
+    path = tmp_path / "walks.txt"
+    path.write_text("a b c c\nc a\n")
+    res = CliRunner().invoke(main, ["sim", str(path), "--json", "--pairs", "3"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["links"] == 3
+    assert f"warning: {path}: 1 self-link skipped (no peering made): line 1 token 4: 'c' follows itself" in res.stderr
 
 
 def test_edge_list_comments_blank_lines_single_names_and_default_class() -> None:

@@ -1,6 +1,6 @@
 """Fixtures for the pipeline tests: one local SparkSession per test session, and run directories.
 
-Spark tests are marked ``@pytest.mark.spark``; without Java they skip (and fail with CI=true).
+Spark tests are marked ``@pytest.mark.spark``; without Java or pyspark they skip (and fail under CI).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, java_available, need
+from tests.conftest import REPO, java_available, need, need_module
 
 
 def _load_generator():
@@ -30,7 +30,7 @@ gen_events = _load_generator()
 def spark():
     """A local[2] SparkSession, UI off, 2 shuffle partitions; skips (or fails in CI) without Java."""
     need(java_available(), "Java is needed for the Spark tests (install a JRE 17+)")
-    pytest.importorskip("pyspark")
+    need_module("pyspark", "pyspark is needed for the Spark tests (pip install -e .[spark])")
     from pipeline.io import get_spark
 
     session = get_spark("local[2]", "snekbed-tests", shuffle_partitions=2, driver_memory="2g")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, need_module
 from tests.pipeline.test_analyze import (
     PLOTS,
     STAGES,
@@ -35,7 +35,7 @@ JIT = "-XX:-DontCompileHugeMethods"
 
 
 def spark_submit() -> Path:
-    pyspark = pytest.importorskip("pyspark")
+    pyspark = need_module("pyspark", "pyspark is needed for spark-submit (pip install -e .[spark])")
     path = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     assert path.is_file(), f"pyspark ships no spark-submit at {path}"
     return path

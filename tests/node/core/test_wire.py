@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,15 +18,13 @@ from node.core.errors import (
     ProtocolError,
 )
 from node.core.types import FULL_MASK, INITIAL_WATERMARK, Announcement, Frame, FrameType, SignedRootPayload, Watermark
+from tests.ci import SHARED, need
 
-VECTORS_PATH = Path(__file__).parents[3].parent / "shared/spec/pinecone-wire-vectors.json"
+VECTORS_PATH = SHARED / "spec/pinecone-wire-vectors.json"
 
 
 def _load_vectors() -> dict[str, Any]:
-    if not VECTORS_PATH.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"wire vectors missing at {VECTORS_PATH} (CI=true: not skipping)")
-        pytest.skip(f"wire vectors not found at {VECTORS_PATH}")
+    need(VECTORS_PATH.exists(), f"wire vectors not found at {VECTORS_PATH}")
     return json.loads(VECTORS_PATH.read_text())
 
 

@@ -1,0 +1,42 @@
+"""One meaning of "in CI" (tests/ci.py), and no test that can turn a missing component or a bad reading into a skip."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.ci import in_ci
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes", "TRUE", "Yes", " true "])
+def test_these_values_of_ci_mean_ci(value: str) -> None:
+    assert in_ci(value)
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "false", "no", "off"])
+def test_these_do_not(value: str | None) -> None:
+    assert not in_ci(value)
+
+
+# What may not appear in a test file: reading CI by hand (only tests/ci.py does), importorskip (need_module
+# fails under CI instead), xfail (a reading a loaded host can spoil is measured again or judged with a tolerance).
+FORBIDDEN = {
+    "reads CI by hand": re.compile(r"""environ(\.get\(|\[)\s*["']CI["']"""),
+    "importorskip": re.compile(r"\bimportorskip\("),
+    "xfail": re.compile(r"\bxfail\b"),
+}
+
+
+def test_no_test_file_decides_ci_or_skipping_on_its_own() -> None:
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        if path.name in ("ci.py", "test_ci.py"):
+            continue
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            found += [f"{path.relative_to(TESTS)}:{lineno}: {what}" for what, rx in FORBIDDEN.items() if rx.search(line)]
+    assert len(list(TESTS.rglob("test_*.py"))) > 30  # the walk saw the suite
+    assert found == [], "\n".join(found)
