@@ -25,7 +25,7 @@ import click
 from .backends.docker_net import DEFAULT_POOL, DockerBackendError
 from .runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
 from .sim import run_sim_sync
-from .sim_cli import _table, config_from_topology
+from .sim_cli import _table, config_from_topology, refused_sentence
 from .topology import Topology, TopologyError
 from .topology_loaders import load_topology
 
@@ -193,7 +193,10 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
             raise click.ClickException(f"{exc}\n({_rolled_back(run)})") from None
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name, "nodes": len(result.containers),
            "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
-           "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary()}
+           "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
+           "links_refused": run.meta().get("links_refused", [])}
+    if out["links_refused"]:
+        click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
     if as_json:
         click.echo(json.dumps(out))
     else:

@@ -14,7 +14,7 @@ import platform
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import networkx as nx
 
 from netem.plan import ShapingBackend
 from netem.probe import probe
+from node.core.router import MAX_PORTS
 from orchestrator.image import NODE_ADMIN_PORT
 from orchestrator.observe import check_convergence
 from orchestrator.record import outcome_of
@@ -40,7 +41,7 @@ from .docker_observe import (
     wait_converged,
 )
 
-__all__ = ["DockerSession", "start_run", "roll_back", "choose_shaping", "PING_TIMEOUT_S"]
+__all__ = ["DockerSession", "links_not_made", "start_run", "roll_back", "choose_shaping", "PING_TIMEOUT_S"]
 
 PING_TIMEOUT_S = 5.0  # §8: the reference's ping timeout
 
@@ -335,9 +336,40 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                             "containers_s": round(result.container_s, 3)}, mono_s=result.t_last_start)
     session = DockerSession.open(run, backend)
     conv = session.converge(t0=result.t_last_start, timeout_s=timeout_s, what="up", progress=converge_progress)
+    refused = links_not_made(topology, session.keys, conv.states)
     run.update_meta(observer={"up": {**conv.summary(), "networks_s": round(result.network_s, 3),
-                                     "containers_s": round(result.container_s, 3)}}, outcome="ok")
+                                     "containers_s": round(result.container_s, 3)}}, outcome="ok",
+                    links_refused=refused)  # fmt: skip
     return session, result, conv
+
+
+def links_not_made(topology: Topology, keys: Mapping[str, str],
+                   states: Mapping[str, Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """Topology links that are not peerings, as the nodes' ``GET /state`` shows them.
+
+    A node refuses a peering when all its 253 ports are taken (PROTOCOL.md §3.3; the
+    reference does the same); which links lose depends on the order the connections
+    came up, so Docker's list is observed, not predicted. ``reason`` is ``ports_full``
+    (``nodes`` names the full ends) or ``not_connected``; links with an end that did not
+    answer are left out (nothing is known of them).
+    """
+    peers: dict[str, Counter[str]] = {}
+    for name, doc in states.items():
+        if doc is not None:
+            peers[name] = Counter(p["key"] for p in doc.get("peers") or [])
+    wanted: Counter[tuple[str, str]] = Counter()
+    out: list[dict[str, Any]] = []
+    for link in topology.links:
+        a, b = link.a, link.b
+        if a not in peers or b not in peers:
+            continue
+        wanted[(a, b)] += 1
+        if peers[a][keys[b]] >= wanted[(a, b)]:
+            continue
+        full = [n for n in (a, b) if sum(peers[n].values()) >= MAX_PORTS]
+        out.append({"a": a, "b": b, "class": link.link_class, "reason": "ports_full" if full else "not_connected",
+                    "nodes": full})  # fmt: skip
+    return out
 
 
 def _engine_version(backend: DockerBackend) -> str:

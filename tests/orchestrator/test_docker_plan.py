@@ -22,6 +22,7 @@ from orchestrator.backends.docker_net import (
     plan_addresses,
 )
 from orchestrator.backends.docker_observe import reconvergence_bound_s, views_from_states
+from orchestrator.backends.docker_session import links_not_made
 from orchestrator.generators import line, ring
 from orchestrator.runs import RunError, RunNotFound, create_run, latest_run_id, open_run
 from orchestrator.topology import Topology
@@ -207,3 +208,19 @@ def test_up_inproc_records_a_run_with_the_same_keys_as_docker(tmp_path: Path) ->
     assert status.exit_code == 0 and json.loads(status.output)["backend"] == "inproc"
     ping = CliRunner().invoke(run_cli.ping, ["n01", "n02", *runs])
     assert ping.exit_code == 1 and "used the 'inproc' backend" in ping.output
+
+
+def test_links_not_made_are_read_from_the_nodes_state() -> None:
+    """Docker reports the links a full router refused as the nodes' /state shows them (who lost a race for
+    the 253 ports depends on connection order, so it is observed, not predicted)."""
+    names = ["hub", *(f"s{i:03d}" for i in range(255))]
+    topo = Topology.from_data({"name": "star", "nodes": names, "links": [{"a": "hub", "b": n} for n in names[1:]]})
+    keys = {n: f"{i:064x}" for i, n in enumerate(names)}
+    made = names[1:254]  # the hub took the first 253
+    states = {"hub": {"peers": [{"key": keys[n]} for n in made]}}
+    states.update({n: {"peers": [{"key": keys["hub"]}] if n in made else []} for n in names[1:]})
+    states["s254"] = None  # did not answer: nothing is known of its link
+    got = links_not_made(topo, keys, states)
+    assert got == [{"a": "hub", "b": "s253", "class": "lan", "reason": "ports_full", "nodes": ["hub"]}]
+    states["hub"]["peers"] = states["hub"]["peers"][:10]
+    assert {r["reason"] for r in links_not_made(topo, keys, states)} == {"not_connected"}
