@@ -19,7 +19,7 @@ from orchestrator.generators import line
 from orchestrator.record import outcome_of
 from orchestrator.sim import run_sim, run_sim_sync
 from orchestrator.sim_cli import config_from_topology
-from pipeline.contract import validate_event
+from contract.dataset import validate_event
 
 
 def _cfg(tmp_path: Path, **kw):
