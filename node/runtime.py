@@ -114,7 +114,7 @@ class Node:
 
     def state(self) -> dict[str, Any]:
         """The ``GET /state`` document: the router's, with link type numbers as class names."""
-        s = self.router.state()
+        s = self.router.state(trio.current_time())
         for p in s["peers"]:
             lt = p.pop("link_type")
             p["class"] = LINK_TYPE_NAMES.get(lt, str(lt))

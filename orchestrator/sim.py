@@ -8,6 +8,7 @@ again. The result is the JSON document of the CLI contract.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import networkx as nx
 import trio
 import trio.testing
 
+from node.core.snek import EXPIRY_S
 
 from .backends.inproc import InprocNetwork, SimNode
 from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, stretch_summary
@@ -101,6 +103,7 @@ class _Sim:
         self.done = False
         self._graph: tuple[int, nx.Graph] | None = None
         self._changed = True  # a root or descending changed since the last check
+        self._next_expiry = math.inf  # when the first descending entry the last views() counted expires
         self.names_by_key = {n.key: name for name, n in self.net.nodes.items()}
 
     # -------------------------------------------------------------- observation
@@ -127,16 +130,26 @@ class _Sim:
         return g
 
     def views(self) -> dict[str, NodeView]:
+        """What each live node says now. A descending entry that has expired counts as none: routing no longer
+        uses it (§6.3 step 6), even before the next maintenance tick clears it (§6.7)."""
         out = {}
+        now = self.net.now
+        self._next_expiry = math.inf
         for name, sn in self.net.nodes.items():
             if sn.alive:
                 r = sn.router
-                out[name] = NodeView(r.key, r.root.key, r.descending.key if r.descending else None)
+                d = r.descending
+                if d is not None and d.valid(now):
+                    self._next_expiry = min(self._next_expiry, d.last_seen + EXPIRY_S)
+                    out[name] = NodeView(r.key, r.root.key, d.key)
+                else:
+                    out[name] = NodeView(r.key, r.root.key, None)
         return out
 
     def _tick(self, now: float) -> None:
         graph = self.live_graph()
-        if not self._changed:  # nothing that convergence depends on moved: same verdict as last time
+        if not self._changed and now < self._next_expiry:
+            # nothing that convergence depends on moved, and no descending entry expired: same verdict as last time
             self.net.call_at(now + OBSERVE_EVERY_S, self._tick)
             return
         self._changed = False
