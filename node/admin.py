@@ -37,7 +37,7 @@ from node.httpserve import serve_app
 from node.load import LOAD_HEADER_LEN
 from node.view import AdminView
 
-__all__ = ["PeerRequest", "PingRequest", "TrafficRequest", "build_app", "serve"]
+__all__ = ["AdversaryRequest", "PeerRequest", "PingRequest", "ShapeRequest", "TrafficRequest", "build_app", "serve"]
 
 log = logging.getLogger("snekbed.node.admin")
 
@@ -62,6 +62,26 @@ class PeerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     uri: str = Field(min_length=1, max_length=2000)
     timeout_s: float = Field(10.0, ge=0, le=120)
+
+
+class AdversaryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    drop: dict[str, float]
+    peer: str | None = None
+
+    @field_validator("peer")
+    @classmethod
+    def _peer(cls, v: str | None) -> str | None:
+        return None if v is None else _hex_key(v)
+
+
+class ShapeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    peer: str
+    link_class: str | None = Field(None, alias="class")
+    shaping: dict[str, float] = Field(default_factory=dict)
+
+    _key = field_validator("peer")(_hex_key)
 
 
 class TrafficRequest(BaseModel):
@@ -153,6 +173,33 @@ def build_app(node: AdminView) -> Starlette:
         )
         return JSONResponse(result)
 
+    async def redial(request: Request) -> JSONResponse:
+        return JSONResponse({"woken": node.redial_now()})
+
+    async def adversary(request: Request) -> JSONResponse:
+        body = await _body(request, AdversaryRequest)
+        if isinstance(body, JSONResponse):
+            return body
+        assert isinstance(body, AdversaryRequest)
+        try:
+            result = node.set_adversary(body.drop, bytes.fromhex(body.peer) if body.peer else None)
+        except ValueError as exc:
+            return _error(422, f"drop: {exc}")
+        return JSONResponse(result)
+
+    async def shape(request: Request) -> JSONResponse:
+        body = await _body(request, ShapeRequest)
+        if isinstance(body, JSONResponse):
+            return body
+        assert isinstance(body, ShapeRequest)
+        try:
+            ports = node.set_link_shape(bytes.fromhex(body.peer), body.link_class, body.shaping)
+        except (ValueError, KeyError) as exc:
+            return _error(422, str(exc))
+        if not ports:
+            return _error(404, f"peer {body.peer[:16]}...: not connected")
+        return JSONResponse({"ports": ports})
+
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         log.error("admin %s %s failed", request.method, request.url.path, exc_info=exc)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
@@ -165,7 +212,10 @@ def build_app(node: AdminView) -> Starlette:
             Route("/ping", ping_route, methods=["POST"]),
             Route("/peers", list_peers, methods=["GET"]),
             Route("/peers", add_peer, methods=["POST"]),
+            Route("/peers/redial", redial, methods=["POST"]),
+            Route("/peers/shape", shape, methods=["POST"]),
             Route("/peers/{port}", drop_peer, methods=["DELETE"]),
+            Route("/adversary", adversary, methods=["POST"]),
             Route("/traffic", traffic, methods=["POST"]),
         ]
     )

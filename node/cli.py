@@ -26,6 +26,7 @@ from node.config import (
     Timeouts,
     link_spec,
     load_identity,
+    parse_adversary,
     parse_hostport,
     parse_inbound,
     parse_listen,
@@ -81,6 +82,7 @@ def build_config(**o: object) -> NodeConfig:
         hop_limiting=bool(o["hop_limiting"]),
         broadcasts=bool(o["broadcasts"]),
         shaping_seed=o["shaping_seed"],  # type: ignore[arg-type]
+        adversary=[parse_adversary(a) for a in o.get("adversary", ())],  # type: ignore[union-attr]
     )
     log.info("identity %s (%s)", identity.public_key.hex(), source)
     return cfg
@@ -132,6 +134,7 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--backoff-max-s", type=float, default=30.0, help="Longest wait between redials of a configured peer.")
 @click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9).")
 @click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8).")
+@click.option("--adversary", multiple=True, metavar="SPEC", help="Drop received frames (chaos tests): KIND=PERCENT[,KIND=PERCENT][@PEERKEY], kinds all, keepalive, tree_announcement, bootstrap, wakeup_broadcast, traffic. Repeatable (one per peer).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def node(**options: object) -> None:
     """Run one SNEK overlay node until SIGTERM or SIGINT."""

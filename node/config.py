@@ -31,6 +31,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import ValidationError
 
 from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_class
+from node.core.adversary import parse_drop_spec
 from node.core.crypto import Identity
 from node.core.types import LinkType
 
@@ -54,6 +55,16 @@ __all__ = [
 #: Query parameters of a peer URI that shape the link (LinkShape fields).
 SHAPE_PARAMS: tuple[str, ...] = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "queue_limit_pkts")
 _URI_PARAMS = frozenset({"class", "shape", *SHAPE_PARAMS})
+
+
+def parse_adversary(spec: str) -> tuple[dict[str, float], bytes | None]:
+    """``--adversary KIND=PERCENT[,KIND=PERCENT...][@PEERKEYHEX]`` (kinds: all, keepalive, tree_announcement,
+    bootstrap, wakeup_broadcast, traffic). Raises ConfigError naming the problem."""
+    try:
+        rates, peer = parse_drop_spec(spec)
+    except ValueError as exc:
+        raise ConfigError("--adversary", spec, str(exc)) from None
+    return rates, bytes.fromhex(peer) if peer is not None else None
 
 
 class ConfigError(ValueError):
@@ -302,6 +313,8 @@ class NodeConfig:
     broadcasts: bool = True
     detail_events: bool = True
     shaping_seed: int | None = None
+    #: adversarial drops of received frames (node.core.adversary): (kind -> percent, peer key or None for all)
+    adversary: list[tuple[dict[str, float], bytes | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 256 <= self.max_frame_bytes <= 65_535:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from contract.frames import FRAME_TYPE_NAMES
+from contract.links import LinkShape
 from netem.userspace import LinkShaper
 from node.core import wire
 from node.core.crypto import Identity
@@ -140,6 +141,7 @@ class PeerConn:
         self.protocol: deque[tuple[int, bytes]] = deque()
         self.protocol_limit = protocol_limit
         self.shaper = LinkShaper(link.shape, random.Random(shaper_seed)) if link.shape is not None else None
+        self._shaper_seed = shaper_seed
         self._delay_line: deque[tuple[float, int, bytes]] = deque()
         self._lot = trio.lowlevel.ParkingLot()
         self._scope = trio.CancelScope()
@@ -261,6 +263,14 @@ class PeerConn:
                 raise PeerClosed(self.reason)
             self._on_frames(self, frames[i : i + SLICE_FRAMES])
             await trio.lowlevel.checkpoint()
+
+    def set_shape(self, shape: LinkShape) -> None:
+        """Shape this peering's writes with ``shape`` from now on (a link whose class changed mid-run).
+
+        Frames already held keep their delivery times and the stream's order: later frames queue behind them.
+        """
+        self.shaper = LinkShaper(shape, random.Random(self._shaper_seed + 1))
+        self._lot.unpark_all()
 
     async def _writer(self) -> None:
         t = self.t

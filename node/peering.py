@@ -84,6 +84,8 @@ class Dialer:
     attempts: int = 0
     last_error: str | None = None
     changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    kick: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)  # redial now (admin)
+    kicked: bool = False
 
 
 class Peering:
@@ -142,12 +144,27 @@ class Peering:
                         if trio.current_time() - started >= STABLE_S:
                             backoff = t.backoff_min_s
                     d.changed.unpark_all()
-                    await trio.sleep(backoff * self._rng.uniform(0.8, 1.2))
-                    backoff = min(backoff * 2, t.backoff_max_s)
+                    with trio.move_on_after(backoff * self._rng.uniform(0.8, 1.2)):
+                        await d.kick.park()
+                    if d.kicked:  # POST /peers/redial: the path is back, dial now and start the backoff over
+                        d.kicked = False
+                        backoff = t.backoff_min_s
+                    else:
+                        backoff = min(backoff * 2, t.backoff_max_s)
         finally:
             if d in self.dialers:
                 self.dialers.remove(d)
             d.changed.unpark_all()
+
+    def redial_now(self) -> int:
+        """Wake every dialer that is waiting out its backoff: it dials at once. Returns how many were woken."""
+        n = 0
+        for d in self.dialers:
+            if d.port is None:
+                d.kicked = True
+                d.kick.unpark_all()
+                n += 1
+        return n
 
     async def dial_once(self, host: str, port: int, link: LinkSpec) -> str:
         """One connection attempt, run until it ends (multicast discovery). Returns the close reason."""

@@ -41,7 +41,7 @@ from typing import Any
 import trio
 
 from contract.frames import frame_type_name
-from contract.links import LINK_TYPE_NAMES
+from contract.links import LINK_TYPE_NAMES, LinkShape, resolve_class
 from node.config import LinkSpec, NodeConfig
 from node.core import wire
 from node.core.crypto import derive_seed
@@ -93,6 +93,8 @@ class Node:
             detail_events=cfg.detail_events,
             broadcasts=cfg.broadcasts,
         )
+        for rates, peer in cfg.adversary:
+            self.router.set_adversary(rates, peer)
         self.peers: dict[int, PeerConn] = {}
         self.events = EventLog(cfg.events, run_id=cfg.run_id, node_key=self.key, node_name=cfg.name)
         self.started_at = now
@@ -115,6 +117,7 @@ class Node:
     def state(self) -> dict[str, Any]:
         """The ``GET /state`` document: the router's, with link type numbers as class names."""
         s = self.router.state(trio.current_time())
+        s["internal_errors"] = self.counters.internal_errors
         for p in s["peers"]:
             lt = p.pop("link_type")
             p["class"] = LINK_TYPE_NAMES.get(lt, str(lt))
@@ -161,6 +164,28 @@ class Node:
         self.router.remove_peer(port, trio.current_time(), reason)
         self._dispatch()
         return peer
+
+    def redial_now(self) -> int:
+        """``POST /peers/redial``: every dialer waiting out its backoff dials at once (a link came back)."""
+        return self.peering.redial_now()
+
+    def set_adversary(self, rates: Mapping[str, float], peer: bytes | None) -> dict[str, Any]:
+        """``POST /adversary``: drop received frames by kind (node.core.adversary). Raises ValueError."""
+        self.router.set_adversary(rates, peer)
+        adv = self.router.adversary
+        return {"dropped": adv.dropped if adv is not None else 0, "active": bool(adv and adv.active)}
+
+    def set_link_shape(self, peer: bytes, link_class: str | None, shaping: Mapping[str, float]) -> list[int]:
+        """``POST /peers/shape``: shape the peerings with ``peer`` as ``link_class`` (default: their class) with
+        ``shaping`` overriding its fields. Returns the ports changed. Raises ValueError (unknown class or field)."""
+        ports = []
+        for port, conn in sorted(self.peers.items()):
+            if conn.key != peer:
+                continue
+            base = resolve_class(link_class or conn.link.link_class).shape
+            conn.set_shape(LinkShape(**{**base.model_dump(), **shaping}))
+            ports.append(port)
+        return ports
 
     # ================================================================ peers (node.peering.PeerHost)
 

@@ -113,3 +113,15 @@ class AdminView(NodeView, Protocol):
     def drop_peer(self, port: int) -> PeerView | None:
         """``DELETE /peers/{port}``: close that peering and stop redialling it; None if no such peer."""
         ...
+
+    def redial_now(self) -> int:
+        """``POST /peers/redial``: dialers waiting out their backoff dial at once; how many."""
+        ...
+
+    def set_adversary(self, rates: Mapping[str, float], peer: bytes | None) -> dict[str, Any]:
+        """``POST /adversary``: drop received frames by kind. Raises ValueError."""
+        ...
+
+    def set_link_shape(self, peer: bytes, link_class: str | None, shaping: Mapping[str, float]) -> list[int]:
+        """``POST /peers/shape``: reshape the peerings with ``peer``. Raises ValueError."""
+        ...
