@@ -155,8 +155,12 @@ _CHECK_ORDER: dict[str, tuple[Field, ...]] = {
 ACTIONS = (
     "up", "converged", "kill", "kill_root", "restart", "partition", "heal",
     "link_down", "link_up", "link_change", "ping", "down",
+    "pause", "resume", "join", "adversary", "step",
 )
-DISRUPTIVE_ACTIONS = ("kill", "kill_root", "partition", "heal", "link_down", "link_up", "link_change")
+DISRUPTIVE_ACTIONS = (
+    "kill", "kill_root", "partition", "heal", "link_down", "link_up", "link_change",
+    "pause", "resume", "join", "adversary",
+)
 
 ACTION_FIELDS: tuple[Field, ...] = (
     Field("run_id", "str"),

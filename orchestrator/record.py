@@ -156,10 +156,13 @@ class RunRecorder:
 
     def ping(
         self, a: str, b: str, akey: bytes, bkey: bytes, mode: str, sent: float,
-        res: PingResult | None, shortest: int | None, graph: nx.Graph,
+        res: PingResult | None, shortest: int | None, graph: nx.Graph | None,
+        link_classes: list[str] | None = None,
     ) -> None:
-        classes: list[str] = []
-        if shortest:
+        """One pings.jsonl line. ``link_classes`` (along a shortest path, as it was when the ping was sent)
+        may be given instead of ``graph``, for pings recorded after the topology moved on."""
+        classes: list[str] = list(link_classes or [])
+        if shortest and link_classes is None and graph is not None:
             path = nx.shortest_path(graph, a, b)
             for u, v in zip(path, path[1:]):
                 classes.append(self._class_of(u, v))
@@ -182,6 +185,10 @@ class RunRecorder:
                 "link_classes": classes,
             },
         )
+
+    def class_of(self, u: str, v: str) -> str:
+        """The class of a live link u - v (``unknown`` when there is none)."""
+        return self._class_of(u, v)
 
     def _class_of(self, u: str, v: str) -> str:
         net = self._net

@@ -38,6 +38,12 @@ LAZY_BOUNDARIES: dict[str, tuple[frozenset[str], str, str]] = {
         "`snekbed up --backend inproc` and `status` of an in-process run work without the docker extra; the "
         "Docker backend (orchestrator.image imports the SDK) loads when a Docker run is asked for",
     ),
+    "orchestrator.chaos.cli": (
+        frozenset({"orchestrator.backends.docker", "orchestrator.chaos.docker_backend", "orchestrator.image"}),
+        "docker",
+        "`snekbed chaos` on the in-process backend works without the docker extra; the Docker chaos backend "
+        "(and the image build, which imports the SDK) loads for --backend docker",
+    ),
     "pipeline.cli": (
         frozenset({"pipeline.analysis", "pipeline.io"}),
         "pyspark",

@@ -18,6 +18,7 @@ import click
 import trio
 import trio.testing
 
+from ..runs import create_run, new_run_id, runs_root
 from ..topology import Topology, TopologyError
 from ..topology_loaders import load_topology
 from .inproc_backend import InprocChaos
@@ -55,9 +56,43 @@ def _line(rec: dict[str, Any]) -> str:
     return f"[{rec['at_s']:8.2f}] #{rec['index']:<2} {rec['action']:<12} {targets:<30}{conv}{extra} {rec['verdict']}{why}"
 
 
-async def _run_inproc(topology: Topology | None, scenario: Scenario, seed: int, progress: Any) -> dict[str, Any]:
-    backend = InprocChaos(topology, seed=seed)
-    return await run_scenario(backend, scenario, seed=seed, progress=progress)
+def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
+    """The topology plus every node and link the scenario's join steps add (Docker creates them up front)."""
+    nodes, links = scenario.declared()
+    doc = topology.to_record() if topology is not None else {"name": scenario.name[:64] or "sequence", "nodes": [],
+                                                              "links": []}  # fmt: skip
+    have = {n["name"] for n in doc["nodes"]}
+    doc["nodes"] = doc["nodes"] + [{"name": n} for n in nodes if n not in have]
+    pairs = {frozenset((ln["a"], ln["b"])) for ln in doc["links"]}
+    for a, b, cls in links:
+        if frozenset((a, b)) not in pairs:
+            doc["links"].append({"a": a, "b": b, "class": cls})
+            pairs.add(frozenset((a, b)))
+    return Topology.from_data(doc)
+
+
+def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: Path | None, runs_dir: Path | None,
+                    image: str | None, keep: bool) -> Any:  # fmt: skip
+    import docker  # the Docker SDK: an optional extra, loaded only for --backend docker
+
+    from ..backends.docker import DockerBackend
+    from ..image import build_node_image
+    from .docker_backend import DockerChaos
+
+    full = full_topology(topology, sc)
+    if not full.links:
+        raise click.UsageError(f"scenario {sc.name}: nothing to run on Docker (no links)")
+    backend = DockerBackend(docker.from_env())
+    if image is None:
+        image = build_node_image(backend.client).tag
+    root, run_id = (record.parent, record.name) if record is not None else (runs_root(runs_dir), new_run_id())
+    run = create_run(root, run_id, topology=full.to_record())
+    declared_nodes, declared_links = sc.declared()
+    initial = set(topology.node_names) if topology is not None else set()
+    return DockerChaos(full, run, image=image, seed=seed, backend=backend, keep=keep,
+                       start_stopped=[n for n in declared_nodes if n not in initial],
+                       start_unlinked=[(a, b) for a, b, _ in declared_links
+                                       if topology is None or not any({ln.a, ln.b} == {a, b} for ln in topology.links)])
 
 
 @click.command("chaos")
@@ -70,13 +105,18 @@ async def _run_inproc(topology: Topology | None, scenario: Scenario, seed: int, 
 @click.option("--clock", type=click.Choice(["virtual", "real"]), default="virtual", show_default=True,
               help="in-process backend only")
 @click.option("--record", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="write a run directory for `snekbed analyze`")
+              help="write the run directory here (for `snekbed analyze`); Docker runs always record, under --runs-dir")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where Docker run directories go [default: $SNEKBED_RUNS_DIR or ./runs]")
+@click.option("--image", default=None, help="node image for --backend docker [default: build or reuse snekbed-node]")
+@click.option("--keep", is_flag=True, help="--backend docker: leave the containers up at the end (`snekbed down`)")
 @click.option("--write-scenario", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="with --random: write the generated schedule as a scenario file that replays it")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
-          clock: str, record: Path | None, write_scenario: Path | None, as_json: bool, list_only: bool) -> None:
+          clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
+          write_scenario: Path | None, as_json: bool, list_only: bool) -> None:
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
     if list_only:
         for name, path in sorted(shipped_scenarios().items()):
@@ -95,26 +135,35 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
             raise click.UsageError("give a SCENARIO (a file or a shipped name: --list) or --random N")
         else:
             sc = load_scenario(resolve_scenario(scenario))
+        if topology is None and not sc.builds_network:
+            raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=scenario)
+        if backend == "docker":
+            chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep)
+            clock_obj = None
+            run_dir: str | None = str(chaos_backend.run.path)
+        else:
+            chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(),
+                                        scenario_name=sc.name)  # fmt: skip
+            clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
+            run_dir = str(record) if record is not None else None
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    if topology is None and not sc.builds_network:
-        click.echo(f"error: scenario {sc.name} needs --topology (it does not build its network)", err=True)
-        sys.exit(2)
-    if backend == "docker":
-        click.echo("error: the Docker chaos backend is not available in this build", err=True)
         sys.exit(2)
 
     def progress(rec: dict[str, Any]) -> None:
         if not as_json:
             click.echo(_line(rec))
 
-    clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
-    out = trio.run(_run_inproc, topology, sc, seed, progress, clock=clock_obj)
-    out["run_dir"] = str(record) if record is not None else None
+    out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, clock=clock_obj)
+    out["run_dir"] = run_dir
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
         t = out["traffic"]
-        click.echo(f"verdict: {out['verdict']}  (traffic delivered {t['delivered']}/{t['sent']})")
+        click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
+                   + (f"; run directory {run_dir}" if run_dir else ""))
     sys.exit(0 if out["verdict"] == "pass" else 1)
+
+
+async def run_scenario_async(backend: Any, scenario: Scenario, seed: int, progress: Any) -> dict[str, Any]:
+    return await run_scenario(backend, scenario, seed=seed, progress=progress)

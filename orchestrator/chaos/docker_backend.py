@@ -35,7 +35,7 @@ import trio
 from ..backends.docker import DockerBackend
 from ..backends.docker_net import AddressPlan
 from ..backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
-from ..backends.docker_session import DockerSession, choose_shaping, start_run
+from ..backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
 from ..runs import RunDir
 from ..topology import Topology
 from .backend import Converged, TrafficSample
@@ -114,8 +114,23 @@ class DockerChaos:
             self._traffic.cancel.cancel()
         if self._admin is not None:
             self._admin.close()
-        if not self.keep and self.session is not None:
+        self.run.action("down", None, {"keep": self.keep})
+        if not self.keep:
             await trio.to_thread.run_sync(self.docker.down, self.run.run_id)
+
+    async def abort(self, exc: BaseException) -> None:
+        """Remove everything labelled with the run (start_run already did if it was the start that failed)."""
+        if self._traffic is not None:
+            self._traffic.cancel.cancel()
+        if self._admin is not None:
+            self._admin.close()
+        try:
+            await trio.to_thread.run_sync(roll_back, self.run, self.docker, exc)
+        except Exception:  # noqa: S110 - roll_back never raises; the engine going away is reported by down
+            pass
+
+    def record_action(self, action: str, target: str | None, detail: dict | None, at: float) -> None:
+        self.run.action(action, target, detail, mono_s=at)
 
     async def sleep(self, seconds: float) -> None:
         await trio.sleep(max(0.0, seconds))
@@ -300,22 +315,23 @@ class DockerChaos:
             if resp.status_code != 200:
                 raise AdminError(f"{x}: POST /peers/shape answered {resp.status_code}: {resp.text[:200]}")
 
-    async def partition(self, groups: list[set[str]]) -> int:
+    async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         assert self.plan is not None
         side = {n: i for i, g in enumerate(groups) for n in g}
-        n = 0
+        out = []
         for ln in self.plan.links:
             if ln.a in side and ln.b in side and side[ln.a] != side[ln.b] and ln.index not in self.down_links:
                 await self._disconnect(ln.index)
                 self.cut_links.add(ln.index)
-                n += 1
-        return n
+                out.append((ln.a, ln.b))
+        return out
 
-    async def heal(self) -> int:
+    async def heal(self) -> list[tuple[str, str]]:
+        assert self.plan is not None
         cut, self.cut_links = sorted(self.cut_links), set()
         for i in cut:
             await self._connect(i)
-        return len(cut)
+        return [(self.plan.links[i].a, self.plan.links[i].b) for i in cut]
 
     # ------------------------------------------------------------------ nodes
 

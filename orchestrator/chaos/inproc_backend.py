@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from pathlib import Path
 
 from typing import Any
 
@@ -40,6 +41,7 @@ from node.core.snek import EXPIRY_S
 from ..backends.docker_observe import reconvergence_bound_s
 from ..backends.inproc import _FRAME, InprocNetwork, SimNode
 from ..observe import ConvergenceTracker, NodeView
+from ..record import RunRecorder, new_run_id, versions
 from ..sim_cli import link_options
 from ..topology import Topology
 from .backend import Converged, TrafficSample
@@ -64,9 +66,16 @@ class InprocChaos:
         link_delay_ms: float = 1.0,
         detail_events: bool = False,
         timers: Timers | None = None,
+        record: Path | None = None,
+        run_id: str | None = None,
+        declared: tuple[list[str], list[tuple[str, str, str]]] = ([], []),
+        scenario_name: str | None = None,
     ) -> None:
+        """``record``: write a run directory there (run-dataset contract). ``declared``: the nodes and links
+        the scenario's join steps add (Scenario.declared), so the run's topology.json names them."""
         self.topology = topology
         self.seed = seed
+        detail_events = detail_events or record is not None
         nodes = topology.node_names if topology is not None else []
         key_seeds = {n.name: n.seed_bytes(seed) for n in topology.nodes if n.key_seed} if topology is not None else {}
         self.net = InprocNetwork(nodes, [], seed=seed, link_delay_ms=link_delay_ms, key_seeds=key_seeds,
@@ -95,6 +104,38 @@ class InprocChaos:
         self.traffic_skipped = 0
         self._graph: tuple[Any, nx.Graph] | None = None
         self._changes = 0  # root or descending changes seen (the observer re-decides only after one)
+        self._background: set[tuple[str, str, str, float]] = set()
+        self._ping_paths: dict[tuple[str, str, str, float], tuple[int | None, list[str]]] = {}
+        self.recorder: RunRecorder | None = None
+        if record is not None:
+            self.recorder = self._make_recorder(Path(record), run_id, declared, scenario_name)
+
+    def _make_recorder(self, root: Path, run_id: str | None, declared: tuple[list[str], list[tuple[str, str, str]]],
+                       scenario_name: str | None) -> RunRecorder:  # fmt: skip
+        nodes = list(self.net.nodes) + [n for n in declared[0] if n not in self.net.nodes]
+        links = [(a, b, c) for a, b, c, _ in self.specs] + list(declared[1])
+        name = self.topology.name if self.topology is not None else (scenario_name or "sequence")
+        doc = self.topology.to_record() if self.topology is not None else {"name": name, "nodes": [], "links": []}
+        doc["nodes"] = doc["nodes"] + [{"name": n} for n in nodes if n not in {d["name"] for d in doc["nodes"]}]
+        doc["links"] = doc["links"] + [{"a": a, "b": b, "class": c} for a, b, c in declared[1]]
+        meta = {
+            "run_id": run_id or new_run_id(), "backend": "inproc", "variant": "snek", "topology": name,
+            "seed": self.seed, "clock": "virtual", "link_delay_ms": self.net.link_delay_s * 1000,
+            "nodes": {n: self._identity(n).public_key.hex() for n in nodes},
+            "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in links],
+            "versions": versions(), "started_wall_ts": 1_700_000_000.0, "scenario": scenario_name,
+        }  # fmt: skip
+        return RunRecorder(root, meta["run_id"], 1_700_000_000.0, meta, doc)
+
+    def _identity(self, name: str) -> Identity:
+        node = self.net.nodes.get(name)
+        if node is not None:
+            return node.router.identity
+        return Identity(derive_seed(self.seed, name))
+
+    def record_action(self, action: str, target: str | None, detail: dict | None, at: float) -> None:
+        if self.recorder is not None:
+            self.recorder.action(action, target, detail, at)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -102,6 +143,10 @@ class InprocChaos:
         return self.net.now
 
     async def start(self, nursery: trio.Nursery | None = None) -> None:
+        if self.recorder is not None:
+            self.recorder.start(self.net)
+            self.net.on_frame = self.recorder.on_frame
+            self.on_event = self.recorder.on_event
         for node in self.net.nodes.values():
             self.net._flush(node)
         for i in range(len(self.specs)):
@@ -110,6 +155,22 @@ class InprocChaos:
 
     async def stop(self) -> None:
         self._traffic = None
+        rec = self.recorder
+        if rec is None or rec._closed:
+            return
+        self._drain_results()
+        for a, b, mode, t in self._sent:
+            res = self._outcome(a, b, mode, t) if b in self.net.nodes else None
+            shortest, classes = self._ping_paths.get((a, b, mode, t), (None, []))
+            rec.ping(a, b, self._identity(a).public_key, self._identity(b).public_key, mode, t, res, shortest, None,
+                     link_classes=classes)  # fmt: skip
+        rec.meta["nodes"] = {n: sn.key.hex() for n, sn in self.net.nodes.items()} | {
+            n: k for n, k in rec.meta["nodes"].items() if n not in self.net.nodes}
+        rec.finish(self.net, {"chaos": {"traffic_skipped": self.traffic_skipped}})
+
+    async def abort(self, exc: BaseException) -> None:
+        if self.recorder is not None:
+            self.recorder.abort(self.net, exc)
 
     async def sleep(self, seconds: float) -> None:
         await self.net.run_until(self.net.now + max(0.0, seconds))
@@ -204,7 +265,7 @@ class InprocChaos:
 
     # ------------------------------------------------------------------ pings
 
-    def _start_ping(self, a: str, b: str, mode: str, now: float, timeout_s: float) -> bool:
+    def _start_ping(self, a: str, b: str, mode: str, now: float, timeout_s: float, background: bool = False) -> bool:
         sa, sb = self.net.nodes.get(a), self.net.nodes.get(b)
         if sa is None or sb is None or not self._live(a):
             return False
@@ -212,6 +273,16 @@ class InprocChaos:
         if not sa.router.ping.start(sb.key, now, mode=mode, coords=coords, timeout_s=timeout_s):
             return False
         self._sent.append((a, b, mode, now))
+        if background:
+            self._background.add((a, b, mode, now))
+        if self.recorder is not None:  # the shortest path as it is now, for pings.jsonl
+            g = self.live_graph()
+            try:
+                path = nx.shortest_path(g, a, b)
+                self._ping_paths[(a, b, mode, now)] = (len(path) - 1, [self.recorder.class_of(u, v)
+                                                                       for u, v in zip(path, path[1:])])
+            except (nx.NetworkXNoPath, nx.NodeNotFound):
+                self._ping_paths[(a, b, mode, now)] = (None, [])
         self.net._flush(sa)
         return True
 
@@ -261,7 +332,7 @@ class InprocChaos:
             return
         a, b, mode = t["order"][t["i"] % len(t["order"])]
         t["i"] += 1
-        if not self._start_ping(a, b, mode, now, t["timeout"]):
+        if not self._start_ping(a, b, mode, now, t["timeout"], background=True):
             self.traffic_skipped += 1  # the source is down, or a ping to b is still outstanding: nothing sent
         self.net.call_at(now + t["gap"], self._traffic_tick)
 
@@ -269,6 +340,8 @@ class InprocChaos:
         self._drain_results()
         out = []
         for a, b, mode, t in self._sent:
+            if (a, b, mode, t) not in self._background:
+                continue  # the checker's own pings
             res = self._outcome(a, b, mode, t) if b in self.net.nodes else None
             ok = res is not None and res.received
             out.append(TrafficSample(t, a, b, mode, ok, res.rtt_s if ok else None))
@@ -352,23 +425,24 @@ class InprocChaos:
                     end.link_class = new_cls
         await self.sleep(0)
 
-    async def partition(self, groups: list[set[str]]) -> int:
+    async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         side = {n: gi for gi, g in enumerate(groups) for n in g}
-        n = 0
+        out = []
         for i, (a, b, _, _) in enumerate(self.specs):
-            if a in side and b in side and side[a] != side[b]:
-                if i in self.made:
-                    n += 1
+            if a in side and b in side and side[a] != side[b] and i not in self.cut and i not in self.down:
+                out.append((a, b))
                 self._unmake(i, "partition")
                 self.cut.add(i)
         await self.sleep(0)
-        return n
+        return out
 
-    async def heal(self) -> int:
+    async def heal(self) -> list[tuple[str, str]]:
         cut, self.cut = self.cut, set()
-        n = sum(self._make(i) for i in sorted(cut))
+        out = [(self.specs[i][0], self.specs[i][1]) for i in sorted(cut)]
+        for i in sorted(cut):
+            self._make(i)
         await self.sleep(0)
-        return n
+        return out
 
     # ------------------------------------------------------------------ nodes
 
@@ -401,6 +475,9 @@ class InprocChaos:
         self.removed.discard(name)
         self.tracker.root_changed(name, r.root.key, now)
         self.tracker.descending_changed(name, now)
+        if self.recorder is not None:
+            self.recorder.event(name, r.key, "node_started", now, listen=[], variant="snek",
+                                version=versions()["snekbed"])  # fmt: skip
         self.net._flush(sn)
 
     async def remove_node(self, name: str) -> bool:
@@ -414,8 +491,7 @@ class InprocChaos:
     async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None:
         if name in self.net.nodes and self.net.nodes[name].alive:
             return
-        ident = self.net.nodes[name].router.identity if name in self.net.nodes else Identity(derive_seed(self.seed, name))
-        self._revive(name, ident)
+        self._revive(name, self._identity(name))
         for p in peers:
             if p in self.net.nodes and not self._specs_between(name, p):
                 self.specs.append((name, p, link_class, self._class_options(link_class, None)))

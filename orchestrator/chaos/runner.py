@@ -75,11 +75,16 @@ class ChaosRun:
     async def run(self) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             try:
-                return await self._run(nursery)
-            finally:
+                out = await self._run(nursery)
+            except BaseException as exc:
                 with trio.CancelScope(shield=True):
-                    await self.backend.stop()
+                    await self.backend.abort(exc)
+                raise
+            finally:
                 nursery.cancel_scope.cancel()
+            with trio.CancelScope(shield=True):
+                await self.backend.stop()
+            return out
 
     async def _run(self, nursery: trio.Nursery) -> dict[str, Any]:
         b, sc = self.backend, self.scenario
@@ -129,6 +134,7 @@ class ChaosRun:
         if step.note:
             rec["note"] = step.note
         errors_before = {n: s.internal_errors for n, s in (await b.states()).items()}
+        self._act("step", None, {"index": i, "action": step.action})
         try:
             targets, detail = await self._apply(step)
         except TargetError as exc:
@@ -187,8 +193,11 @@ class ChaosRun:
         )
 
     def _act(self, action: str, target: str | None, detail: dict[str, Any] | None = None) -> None:
+        """One fault as it happens: into the run's actions.jsonl (the contract's vocabulary) and to the hook."""
+        now = self.backend.now()
+        self.backend.record_action(action, target, detail, now)
         if self.on_action is not None:
-            self.on_action(action, target, detail, self.backend.now())
+            self.on_action(action, target, detail, now)
 
     async def _nodes(self, step: Any) -> list[str]:
         view = await self._view()
@@ -240,48 +249,50 @@ class ChaosRun:
             return [step.target], None if done else "not running: nothing to remove"
         if a == "partition":
             groups = await self._groups(step)
-            self._act("partition", None, {"groups": [sorted(g) for g in groups]})
             cut = await b.partition(groups)
-            return [sorted(g) for g in groups], f"{cut} link(s) cut"
+            self._act("partition", None, {"groups": [sorted(g) for g in groups], "links": [f"{x}--{y}" for x, y in cut]})
+            return [sorted(g) for g in groups], f"{len(cut)} link(s) cut"
         if a == "heal":
-            self._act("heal", None)
-            n = await b.heal()
-            return [], f"{n} link(s) restored"
+            back = await b.heal()
+            self._act("heal", None, {"links": [f"{x}--{y}" for x, y in back]})
+            return [], f"{len(back)} link(s) restored"
         if a in ("link_down", "link_up"):
             x, y = await self._link(step)
-            self._act(a, f"{x}-{y}")
             done = await (b.link_down(x, y) if a == "link_down" else b.link_up(x, y))
+            if done:
+                self._act(a, f"{x}--{y}")
             return [[x, y]], None if done else "no such link: nothing to do"
         if a == "flap":
             x, y = await self._link(step)
             for _ in range(step.count):
-                self._act("link_down", f"{x}-{y}", {"flap": True})
                 await b.link_down(x, y)
+                self._act("link_down", f"{x}--{y}", {"flap": True})
                 await b.sleep(step.period_s / 2)
-                self._act("link_up", f"{x}-{y}", {"flap": True})
                 await b.link_up(x, y)
+                self._act("link_up", f"{x}--{y}", {"flap": True})
                 await b.sleep(step.period_s / 2)
             return [[x, y]], f"{step.count} flap(s) of {step.period_s:g} s"
         if a == "link_change":
             x, y = await self._link(step)
-            self._act("link_change", f"{x}-{y}", {"class": step.link_class, "shaping": step.shaping})
             await b.link_change(x, y, step.link_class, step.shaping)
+            self._act("link_change", f"{x}--{y}", {"class": step.link_class, "shaping": step.shaping})
             return [[x, y]], None
         if a == "churn":
             return await self._churn(step)
         if a == "join":
             if step.node is not None:
-                self._act("restart", step.node, {"join": True, "peers": list(step.peers)})
                 await b.add_node(step.node, step.peers, step.link_class, step.adversary)
+                self._act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary})
                 return [step.node], None
             x, y = step.link
-            self._act("link_up", f"{x}-{y}", {"join": True})
             await b.link_up(x, y, step.link_class)
+            self._act("join", f"{x}--{y}", {"class": step.link_class})
             return [[x, y]], None
         if a == "adversary":
             names = [step.target] if step.target in b.known_nodes() else await self._nodes(step)
             for n in names:
                 await b.adversary(n, dict(step.drop), step.peer)
+                self._act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
             return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
         if a == "traffic":
             spec = self.scenario.traffic

@@ -356,6 +356,22 @@ class Scenario(_Model):
     steps: tuple[Step, ...] = Field(min_length=1)
     source: str | None = None
 
+    def declared(self) -> tuple[list[str], list[tuple[str, str, str]]]:
+        """Nodes and links the scenario adds with ``join`` steps: (node names, (a, b, class) links), in order.
+        A backend that must create everything up front (Docker needs addresses) starts them absent."""
+        nodes: list[str] = []
+        links: list[tuple[str, str, str]] = []
+        for st in self.steps:
+            if st.action != "join":
+                continue
+            if st.node is not None:
+                if st.node not in nodes:
+                    nodes.append(st.node)
+                links += [(st.node, p, st.link_class) for p in st.peers]
+            elif st.link is not None:
+                links.append((st.link[0], st.link[1], st.link_class))
+        return nodes, links
+
     def to_dict(self) -> dict[str, Any]:
         """The scenario as a document ``parse_scenario_yaml`` reads back (defaults left out)."""
         doc = self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True,

@@ -79,15 +79,28 @@ def plan_episodes(
     ``nodes``: name -> key hex. Raises JobInputError for an action naming an unknown node or link.
     """
     all_links = {frozenset(lk) for lk in links}
-    live_nodes, cut = set(nodes), set()
     opening = sorted((a for a in actions if a.action in EPISODE_ACTIONS), key=lambda a: (a.mono_s, a.order))
+    # nodes and links that join later are absent until their join
+    joining_nodes = {a.target for a in opening if a.action == "join" and a.target in nodes}
+    joining_links = {_link(a.target, f"action join at {a.mono_s}") for a in opening
+                     if a.action == "join" and a.target not in nodes}  # fmt: skip
+    live_nodes, cut = set(nodes) - joining_nodes, set(joining_links)
     out = [{"t0_s": t_start, "action": "start", "target": None}]
+    first_state = (frozenset(live_nodes), frozenset(cut))
     for act in opening:
         where = f"action {act.action} at {act.mono_s}"
-        if act.action in ("kill", "kill_root", "restart"):
+        if act.action == "join":
+            if act.target in nodes:
+                live_nodes.add(act.target)
+            else:
+                link = _link(act.target, where)
+                if link not in all_links:
+                    raise JobInputError("episodes", f"{where}: unknown link {act.target!r}")
+                cut.discard(link)
+        elif act.action in ("kill", "kill_root", "restart", "pause", "resume"):
             if act.target not in nodes:
                 raise JobInputError("episodes", f"{where}: unknown node {act.target!r}")
-            (live_nodes.discard if act.action != "restart" else live_nodes.add)(act.target)
+            (live_nodes.add if act.action in ("restart", "resume") else live_nodes.discard)(act.target)
         elif act.action in ("link_down", "link_up"):
             link = _link(act.target, where)
             if link not in all_links:
@@ -99,7 +112,7 @@ def plan_episodes(
             cut = cut - _links_of(act, all_links) if act.detail and "links" in act.detail else set()
         out.append({"t0_s": act.mono_s, "action": act.action, "target": act.target,
                     "_state": (frozenset(live_nodes), frozenset(cut))})
-    out[0]["_state"] = (frozenset(nodes), frozenset())
+    out[0]["_state"] = first_state
     for i, ep in enumerate(out):
         ep["episode"] = i
         ep["t1_s"] = out[i + 1]["t0_s"] if i + 1 < len(out) else None
