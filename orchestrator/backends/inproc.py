@@ -304,7 +304,8 @@ class InprocNetwork:
             end = node.ends.get(port)
             if end is not None:
                 self.disconnect(end.link_id, reason)
-        d = out.next_deadline
+        # a router that was frozen (a paused node) may owe timers from the past: they run now, time never goes back
+        d = max(out.next_deadline, now)
         if d < node.timer_at:
             node.timer_at = d
             heapq.heappush(self._heap, (d, next(self._tie), _TIMER, node))

@@ -70,11 +70,17 @@ class InprocChaos:
         run_id: str | None = None,
         declared: tuple[list[str], list[tuple[str, str, str]]] = ([], []),
         scenario_name: str | None = None,
+        planted_bug: str | None = None,
     ) -> None:
         """``record``: write a run directory there (run-dataset contract). ``declared``: the nodes and links
         the scenario's join steps add (Scenario.declared), so the run's topology.json names them."""
         self.topology = topology
         self.seed = seed
+        #: TEST ONLY: a deliberate defect the tests of the random nemesis must find. "restart_keeps_state":
+        #: a restarted node keeps its old router (stale peers, parent and routes) instead of starting fresh.
+        if planted_bug not in (None, "restart_keeps_state"):
+            raise ValueError(f"unknown planted bug {planted_bug!r}")
+        self.planted_bug = planted_bug
         detail_events = detail_events or record is not None
         nodes = topology.node_names if topology is not None else []
         key_seeds = {n.name: n.seed_bytes(seed) for n in topology.nodes if n.key_seed} if topology is not None else {}
@@ -461,7 +467,12 @@ class InprocChaos:
         old = self.net.nodes[name]
         if old.alive:
             await self.kill(name)
-        self._revive(name, old.router.identity)
+        if self.planted_bug == "restart_keeps_state":
+            old.alive = True  # the planted defect: the old router, with everything it knew, comes back
+            self.net.topology_version += 1
+            self.removed.discard(name)
+        else:
+            self._revive(name, old.router.identity)
         for i in self._specs_of(name):
             self._make(i)
         await self.sleep(0)

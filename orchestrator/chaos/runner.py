@@ -200,6 +200,8 @@ class ChaosRun:
             self.on_action(action, target, detail, now)
 
     async def _nodes(self, step: Any) -> list[str]:
+        if step.target in self.backend.known_nodes():
+            return [step.target]  # a node by name, alive or not (killing a dead node is a no-op, as in the reference)
         view = await self._view()
         return resolve_nodes(step.target, view, self.rng, step.count)
 
