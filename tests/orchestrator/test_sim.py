@@ -141,3 +141,12 @@ def test_links_a_full_router_cannot_make_are_listed_in_output_and_metadata(tmp_p
 def test_a_topology_that_fits_refuses_nothing() -> None:
     out = _run("sim", seed=1, pairs=5)
     assert out["links_refused_count"] == 0 and out["links_refused"] == [] and out["links"] == 48
+
+
+def test_no_ping_is_lost_once_the_observer_says_converged() -> None:
+    """Regression (docs/chaos.md, "Pings lost in a converged network"): graph-250 seed 14 lost a ping right
+    after the observer declared convergence, because an expired descending entry still counted."""
+    out = _run("graph-250", seed=14, pairs=50, kill_root=True)
+    assert out["pings"] == {"sent": 50, "delivered": 50}
+    assert out["root_kill"]["pings"] == {"sent": 50, "delivered": 50}
+    assert out["snake_converged_s"] == pytest.approx(21.0107, abs=1e-3)  # not 20.01: an entry expired then
