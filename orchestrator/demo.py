@@ -1,9 +1,10 @@
 """``snekbed demo``: the main job on a fresh machine.
 
-With a reachable Docker engine and the Docker backend installed, bring up the
-12-node mixed mesh as containers, kill the root, re-converge and tear down.
-Otherwise run the same experiment on the reference graph-250 topology in the
-in-process backend. Either way it says which one ran and why, records the run
+With a reachable Docker engine and the Docker backend installed, run the shipped
+``demo`` chaos scenario (kill the root, partition into halves, heal, with pings
+flowing all along) on the 12-node mixed mesh as containers, and tear down.
+Otherwise run it on the reference graph-250 topology in the in-process backend.
+Either way it says which one ran and why, records the run
 directory (docs/run-dataset.md) under ``runs/<id>/``, analyzes it with Spark
 (``snekbed analyze``, local mode) and prints where the report is.
 """
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import time
 from pathlib import Path
 
 import click
 
 from pipeline.cli import analyze
 
-from .run_cli import demo_docker
+from .chaos.cli import _line, execute, resolve_scenario
+from .chaos.scenario import ScenarioError, load_scenario
 from .runs import new_run_id, runs_root
-from .sim_cli import sim
+from .topology import TopologyError
+from .topology_loaders import load_topology
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_GRAPH = REPO.parent / "shared" / "topologies" / "pinecone" / "graph-250.txt"
@@ -70,22 +74,38 @@ def analyze_run(run_dir: Path, master: str) -> Path:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master for the analysis.")
 @click.option("--topology", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Run this topology instead (default: mesh-12 on Docker, graph-250 in process).")
-def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, topology: Path | None) -> None:
-    """Run the main experiment: converge, ping, kill the root, re-converge, analyze the run."""
+@click.option("--scenario", "scenario_name", default="demo", show_default=True,
+              help="A shipped chaos scenario (snekbed chaos --list) or a scenario file.")
+def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, topology: Path | None,
+         scenario_name: str) -> None:
+    """Run the main experiment: a topology converges, loses its root, splits and heals, with pings flowing all
+    along; the run is recorded, checked by the chaos checker and analyzed with Spark."""
     why = _docker_reason() if backend != "inproc" else "asked for inproc"
     if backend == "docker" and why:
         raise click.ClickException(f"--backend docker: {why}")
     run_id = new_run_id()
-    run_dir = runs_root(runs_dir) / run_id
-    if why is None:
-        demo_docker(topology or MESH, runs_dir=runs_root(runs_dir), run_id=run_id)
-    else:
-        click.echo(f"demo: in-process backend ({why})", err=True)
-        topo = topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH)
-        sim.main([str(topo), "--kill-root", "--pairs", "100", "--record", str(run_dir), "--run-id", run_id],
-                 standalone_mode=False)
+    root = runs_root(runs_dir)
+    run_dir = root / run_id
+    try:
+        sc = load_scenario(resolve_scenario(scenario_name))
+        if why is None:
+            click.echo(f"demo: Docker backend, {(topology or MESH).name}, scenario {sc.name}", err=True)
+            topo = load_topology(topology or MESH)
+        else:
+            click.echo(f"demo: in-process backend ({why}), scenario {sc.name}", err=True)
+            topo = load_topology(topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH))
+    except (ScenarioError, TopologyError) as exc:
+        raise click.ClickException(str(exc)) from None
+    t0 = time.monotonic()
+    out = execute(sc, topo, backend="docker" if why is None else "inproc", record=run_dir,
+                  progress=lambda rec: click.echo(_line(rec)))  # fmt: skip
+    t = out["traffic"]
+    click.echo(f"chaos verdict: {out['verdict']} (background pings delivered {t['delivered']}/{t['sent']}; "
+               f"{time.monotonic() - t0:.0f} s)")
     click.echo(f"run directory: {run_dir}")
     if do_analyze:
         report = analyze_run(run_dir, master)
         click.echo(f"report: {report}")
         click.echo(f"        {report.with_suffix('.md')}  (tables: {report.parent / 'tables'})")
+    if out["verdict"] != "pass":
+        raise click.ClickException(f"the chaos checker failed steps {out['failed_steps']} (see above)")

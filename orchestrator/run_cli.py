@@ -29,7 +29,7 @@ from .sim_cli import _table, config_from_topology, refused_sentence
 from .topology import Topology, TopologyError
 from .topology_loaders import load_topology
 
-__all__ = ["up", "status", "ping", "kill_root", "down", "compose", "demo_docker"]
+__all__ = ["up", "status", "ping", "kill_root", "down", "compose"]
 
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -376,23 +376,3 @@ def compose(topology: Path, output: Path, seed: int, subnet_pool: str | None, im
     except ComposeError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {output}: {len(topo.nodes)} nodes, {len(topo.links)} links")
-
-
-# ---------------------------------------------------------------- demo
-
-
-def demo_docker(path: Path, *, runs_dir: Path | None = None, run_id: str | None = None) -> None:
-    """`snekbed demo` on Docker: up, ping end to end, kill the root, re-converge, ping, down (always)."""
-    run_id = run_id or new_run_id()
-    args = ["--run-id", run_id] + (["--runs-dir", str(runs_dir)] if runs_dir else [])
-    click.echo(f"demo: Docker backend, {path.name} as run {run_id}", err=True)
-    t0 = time.monotonic()
-    try:
-        up.main([str(path), *args], standalone_mode=False)
-        session = _session(_open(runs_dir, run_id))
-        lines = session.ping(session.sample_pairs(4), ["snek", "tree"])
-        click.echo(f"pings: {sum(x['received'] for x in lines)}/{len(lines)} received")
-        kill_root.main(args, standalone_mode=False)
-    finally:
-        down.main(args, standalone_mode=False)
-        click.echo(f"demo finished in {time.monotonic() - t0:.0f} s", err=True)

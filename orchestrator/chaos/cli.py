@@ -26,7 +26,7 @@ from .nemesis import random_scenario
 from .runner import run_scenario
 from .scenario import Scenario, ScenarioError, load_scenario
 
-__all__ = ["chaos", "shipped_scenarios", "resolve_scenario"]
+__all__ = ["chaos", "execute", "full_topology", "resolve_scenario", "shipped_scenarios"]
 
 
 def shipped_scenarios() -> dict[str, Path]:
@@ -137,15 +137,6 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
             sc = load_scenario(resolve_scenario(scenario))
         if topology is None and not sc.builds_network:
             raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=scenario)
-        if backend == "docker":
-            chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep)
-            clock_obj = None
-            run_dir: str | None = str(chaos_backend.run.path)
-        else:
-            chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(),
-                                        scenario_name=sc.name)  # fmt: skip
-            clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
-            run_dir = str(record) if record is not None else None
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -154,15 +145,32 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
         if not as_json:
             click.echo(_line(rec))
 
-    out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, clock=clock_obj)
-    out["run_dir"] = run_dir
+    out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image, keep=keep,
+                  clock=clock, progress=progress)  # fmt: skip
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
         t = out["traffic"]
         click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
-                   + (f"; run directory {run_dir}" if run_dir else ""))
+                   + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
     sys.exit(0 if out["verdict"] == "pass" else 1)
+
+
+def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc", seed: int = 0,
+            record: Path | None = None, runs_dir: Path | None = None, image: str | None = None, keep: bool = False,
+            clock: str = "virtual", progress: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``."""
+    if backend == "docker":
+        chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep)
+        clock_obj = None
+        run_dir: str | None = str(chaos_backend.run.path)
+    else:
+        chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(), scenario_name=sc.name)
+        clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
+        run_dir = str(record) if record is not None else None
+    out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, clock=clock_obj)
+    out["run_dir"] = run_dir
+    return out
 
 
 async def run_scenario_async(backend: Any, scenario: Scenario, seed: int, progress: Any) -> dict[str, Any]:

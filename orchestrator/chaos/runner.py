@@ -216,7 +216,7 @@ class ChaosRun:
         if a == "kill":
             names = await self._nodes(step)
             for n in names:
-                self._act("kill", n)
+                self._act("kill_root" if step.target == "root" else "kill", n)
                 await b.kill(n)
             return names, None
         if a == "restart":
