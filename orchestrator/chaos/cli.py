@@ -51,6 +51,8 @@ def _line(rec: dict[str, Any]) -> str:
     if rec.get("snake_converged_s") is not None:
         conv = f" tree {rec['tree_converged_s']:.2f} s snake {rec['snake_converged_s']:.2f} s"
     extra = f" live {rec['live_nodes']} components {rec['components']}" if "live_nodes" in rec else ""
+    if rec.get("delivery", {}).get("sent"):
+        extra += f" delivery {rec['delivery']['delivered']}/{rec['delivery']['sent']}"
     why = f" FAILED: {', '.join(bad) or rec.get('detail', '')}" if rec["verdict"] != "pass" else ""
     targets = ", ".join(map(str, rec["targets"]))[:60]
     return f"[{rec['at_s']:8.2f}] #{rec['index']:<2} {rec['action']:<12} {targets:<30}{conv}{extra} {rec['verdict']}{why}"

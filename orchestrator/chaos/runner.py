@@ -178,6 +178,10 @@ class ChaosRun:
         rec["tree_converged_s"] = None if conv is None or conv.tree_s is None else round(conv.tree_s, 3)
         rec["snake_converged_s"] = None if conv is None or conv.snake_s is None else round(conv.snake_s, 3)
         rec["end_s"] = round(b.now() - self.t0, 3)
+        # the background pings sent during this step so far (the live view's "delivery")
+        t_lo = self.t0 + at
+        got = [x for x in b.traffic_samples() if x.t >= t_lo]
+        rec["delivery"] = {"sent": len(got), "delivered": sum(x.delivered for x in got)}
         return rec
 
     # ------------------------------------------------------------------ applying steps
