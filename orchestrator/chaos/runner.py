@@ -24,8 +24,11 @@ from typing import Any
 import networkx as nx
 import trio
 
+from node.core.router import Timers
+from node.core.snek import EXPIRY_S
+
 from .backend import ChaosBackend, Converged, TrafficSample
-from .checker import Reconvergence, evaluate, verdict_of
+from .checker import Invariant, PingOutcome, Reconvergence, evaluate, verdict_of
 from .scenario import Scenario
 from .targets import TargetError, TargetView, min_cut_groups, resolve_link, resolve_nodes
 
@@ -36,6 +39,10 @@ ActionHook = Callable[[str, "str | None", "dict[str, Any] | None", float], None]
 Progress = Callable[[dict[str, Any]], None]
 
 CHECK_PAIRS = 12  # pairs pinged by the checker after a step (each in every mode)
+#: invariants a soft-state transient can break for a moment right after convergence (see ChaosRun._recheck)
+TRANSIENT_INVARIANTS = ("snake_ordered", "pairs_reachable")
+#: how long such a transient may last: one routing-entry lifetime plus one bootstrap interval and a tick
+TRANSIENT_S = EXPIRY_S + Timers().bootstrap_interval_s + Timers().maintain_interval_s
 
 
 def sample_pairs(graph: nx.Graph, n: int, rng: random.Random) -> list[tuple[str, str]]:
@@ -160,6 +167,7 @@ class ChaosRun:
                 await b.sleep(settle)
             graph = b.live_graph()
             states = await b.states()
+            t_read = b.now()
             modes = self.scenario.traffic.modes if self.scenario.traffic is not None else ("snek", "tree")
             pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)
             pings = await b.ping(pairs, modes, 5.0)
@@ -168,6 +176,12 @@ class ChaosRun:
                 reconv = Reconvergence(conv.tree_s, conv.snake_s, bound)
             inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
                            expect=step.expect)  # fmt: skip
+            transient = [n for n in TRANSIENT_INVARIANTS if not inv[n].ok and inv[n].expected]
+            others_ok = all(v.ok for k, v in inv.items() if k not in TRANSIENT_INVARIANTS)
+            if transient and others_ok:
+                inv = await self._recheck(step, inv, transient, pings, modes, errors_before, reconv, t_read)
+                rec["transient"] = [n for n in transient if inv[n].ok]
+                graph, states = b.live_graph(), await b.states()
             rec["invariants"] = {k: v.to_dict() for k, v in inv.items()}
             rec["verdict"] = verdict_of(inv)
             rec["live_nodes"] = len(states)
@@ -183,6 +197,38 @@ class ChaosRun:
         got = [x for x in b.traffic_samples() if x.t >= t_lo]
         rec["delivery"] = {"sent": len(got), "delivered": sum(x.delivered for x in got)}
         return rec
+
+    async def _recheck(self, step: Any, first: dict[str, Invariant], names: list[str], pings: list[PingOutcome],
+                       modes: tuple[str, ...], errors_before: dict[str, int],
+                       reconv: Reconvergence | None, t_read: float) -> dict[str, Invariant]:  # fmt: skip
+        """A snake found out of order (or a ping lost with it) right after convergence is looked at again once.
+
+        SNEK's state is soft: each routing entry lives 10 s and is refreshed by bootstraps every 5-6 s, and the
+        path a node's bootstraps take can alternate between two dead ends as the entries along it refresh at
+        different phases (docs/chaos.md, "Pings lost in a converged network"). An entry can then expire before
+        its refresh arrives and the snake re-orders itself a few seconds later. That is the protocol, so the
+        checker tolerates exactly that: if the network converges again within one entry lifetime plus one
+        bootstrap interval, and the lost pairs answer then, the invariant holds, with the first reading kept
+        in its detail. A break that lasts longer still fails.
+        """
+        b = self.backend
+        t = b.now()
+        conv = await b.wait_converged(t, max(0.1, t_read + TRANSIENT_S - t))  # counted from the first reading
+        if not conv.converged:
+            return first
+        lost = sorted({(p.a, p.b) for p in pings if not p.delivered})
+        again = await b.ping(lost, modes, 5.0) if lost else []
+        kept = [p for p in pings if p.delivered] + again
+        second = evaluate(b.live_graph(), await b.states(), pings=kept, errors_before=errors_before,
+                          reconvergence=reconv, expect=step.expect)  # fmt: skip
+        if verdict_of(second) != "pass":
+            return first
+        # the state was read at t_read; it was converged again at the latest t + snake_s
+        after = round(max(0.0, t + (conv.snake_s or 0.0) - t_read), 2)
+        for n in names:
+            second[n].detail = (f"transient, held again within {after} s (bootstrap paths alternate: docs/chaos.md); "
+                                f"first reading: {first[n].detail}")  # fmt: skip
+        return second
 
     # ------------------------------------------------------------------ applying steps
 
