@@ -30,7 +30,7 @@ from node.core.snek import EXPIRY_S
 from .backend import ChaosBackend, Converged, TrafficSample
 from .checker import Invariant, PingOutcome, Reconvergence, evaluate, verdict_of
 from .scenario import Scenario
-from .targets import TargetError, TargetView, min_cut_groups, resolve_link, resolve_nodes
+from .targets import TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes
 
 __all__ = ["ActionHook", "ChaosRun", "run_scenario", "sample_pairs"]
 
@@ -380,10 +380,9 @@ class ChaosRun:
             if rest_at is not None:
                 groups[rest_at] = live - listed
             return [g for g in groups if g]
-        if step.by == "halves":  # a balanced bisection cutting few links (Kernighan-Lin, seeded)
-            g = view.graph.subgraph(live)
-            a, b = nx.algorithms.community.kernighan_lin_bisection(g, seed=self.rng.randrange(2**32))
-            return sorted([set(a), set(b)], key=min)
+        if step.by == "halves":  # balanced, each half connected where possible, few links cut
+            a, b = balanced_halves(view, self.rng)
+            return [a, b]
         if step.by == "root":
             root = view.root()
             return [{root}, live - {root}]

@@ -193,7 +193,7 @@ class RemoveNode(_NodeStep):
 
 class Partition(_Step):
     """Cut every link between groups. ``groups`` lists node names (``rest`` = everyone not listed), or
-    ``by`` derives two groups: ``halves`` (a balanced bisection that cuts few links, Kernighan-Lin),
+    ``by`` derives two groups: ``halves`` (balanced, each half connected where possible, few links cut),
     ``min_cut`` (the smaller side of a minimum edge cut: on a sparse graph often a single leaf),
     ``root`` (the root alone against the rest)."""
 

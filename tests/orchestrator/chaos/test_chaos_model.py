@@ -16,7 +16,16 @@ from orchestrator.chaos.scenario import (
     parse_reference_sequence,
     parse_scenario_yaml,
 )
-from orchestrator.chaos.targets import TargetError, TargetView, min_cut_groups, resolve_link, resolve_nodes
+from orchestrator.chaos.targets import (
+    TargetError,
+    TargetView,
+    balanced_halves,
+    min_cut_groups,
+    resolve_link,
+    resolve_nodes,
+)
+from orchestrator.topology_loaders import load_topology
+from tests.ci import REPO, SHARED
 
 # -- scenario files --------------------------------------------------------------------------------
 
@@ -231,3 +240,12 @@ def test_roles_resolve_deterministically() -> None:
         resolve_nodes("cut_vertex", ring, rng)
     with pytest.raises(TargetError, match="no bridge"):
         resolve_link("bridge", ring, rng)
+
+
+def test_balanced_halves_are_connected_and_even_on_the_shipped_topologies() -> None:
+    for path in (REPO / "compose" / "topologies" / "mesh-12.yaml", SHARED / "topologies" / "pinecone" / "graph-250.txt"):
+        g = load_topology(path).simple_graph()
+        view = TargetView(g, {n: n.encode().ljust(32, b"\0") for n in g.nodes})
+        a, b = balanced_halves(view, random.Random(0))
+        assert a | b == set(g.nodes) and not a & b and abs(len(a) - len(b)) <= 1
+        assert nx.is_connected(g.subgraph(a)) and nx.is_connected(g.subgraph(b)), path.name
