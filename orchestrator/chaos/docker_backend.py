@@ -233,7 +233,7 @@ class DockerChaos:
                 while True:
                     a, b, mode = t.order[i % len(t.order)]
                     i += 1
-                    if a in self._live():
+                    if a in self._live() and b not in self.stopped and b not in self.removed:
                         inner.start_soon(self._one_ping, a, b, mode, t.timeout_s)
                     next_at += t.gap_s
                     await trio.sleep_until(next_at)

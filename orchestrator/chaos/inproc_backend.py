@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import deque
 from pathlib import Path
 
 from typing import Any
@@ -327,19 +328,32 @@ class InprocChaos:
         if not enabled or rate_per_s <= 0 or not pairs:
             self._traffic = None
             return
-        order = [(a, b, m) for a, b in pairs for m in modes]
-        self._traffic = {"order": order, "i": 0, "gap": 1.0 / rate_per_s, "timeout": timeout_s,
-                         "gen": self._traffic_gen}  # fmt: skip
+        order = deque((a, b) for a, b in pairs)
+        self._traffic = {"order": order, "modes": tuple(modes), "turn": {p: 0 for p in pairs},
+                         "gap": 1.0 / rate_per_s, "timeout": timeout_s, "gen": self._traffic_gen}  # fmt: skip
         self.net.call_at(self.net.now, self._traffic_tick)
 
     def _traffic_tick(self, now: float) -> None:
+        """Send the next background ping: pairs take turns, and each pair alternates its modes. A node has one
+        outstanding ping per target (§8; the pong does not say its mode), so a pair whose source still waits on
+        its target is passed over until the answer or the timeout; its next ping is then in the mode whose turn
+        it is. (Skipping by mode instead would leave out exactly the pings after a loss, in one mode.)"""
         t = self._traffic
         if t is None or t["gen"] != self._traffic_gen:
             return
-        a, b, mode = t["order"][t["i"] % len(t["order"])]
-        t["i"] += 1
-        if not self._start_ping(a, b, mode, now, t["timeout"], background=True):
-            self.traffic_skipped += 1  # the source is down, or a ping to b is still outstanding: nothing sent
+        order: deque[tuple[str, str]] = t["order"]
+        for _ in range(len(order)):
+            a, b = order[0]
+            order.rotate(-1)
+            src, dst = self.net.nodes.get(a), self.net.nodes.get(b)
+            if src is None or dst is None or not self._live(a) or not dst.alive or dst.key in src.router.ping.pending:
+                continue  # a dead source or target measures nothing (a paused target does: it is still peered)
+            turn = t["turn"][(a, b)]
+            if self._start_ping(a, b, t["modes"][turn % len(t["modes"])], now, t["timeout"], background=True):
+                t["turn"][(a, b)] = turn + 1
+                break
+        else:
+            self.traffic_skipped += 1  # every source was down or waiting: nothing sent this tick
         self.net.call_at(now + t["gap"], self._traffic_tick)
 
     def traffic_samples(self) -> list[TrafficSample]:
