@@ -114,12 +114,17 @@ def min_cut_groups(view: TargetView) -> tuple[set[str], set[str]]:
     comp = view.largest_component()
     if len(comp) < 2:
         raise TargetError("the largest component has a single node: nothing to cut")
-    g = view.graph.subgraph(comp)
-    cut = nx.minimum_edge_cut(g)
-    h = nx.Graph(g)
+    # networkx's cut depends on set iteration order; with integer labels (in name order) that order is the
+    # same in every process, so a seed gives the same cut everywhere (string hashes are randomized per process)
+    names = sorted(comp)
+    g = nx.relabel_nodes(view.graph.subgraph(comp), {n: i for i, n in enumerate(names)})
+    h = nx.Graph()
+    h.add_nodes_from(range(len(names)))
+    h.add_edges_from(sorted(tuple(sorted(e)) for e in g.edges))
+    cut = nx.minimum_edge_cut(h)
     h.remove_edges_from(cut)
     parts = sorted(nx.connected_components(h), key=lambda c: (len(c), min(c)))
-    small = set(parts[0])
+    small = {names[i] for i in parts[0]}
     return small, set(view.live()) - small
 
 

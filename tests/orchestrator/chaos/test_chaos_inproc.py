@@ -4,6 +4,7 @@ that fails when it should, reference sequences, and the random nemesis finding a
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -126,6 +127,19 @@ def test_an_adversary_on_a_cut_vertex_fails_pairs_reachable_and_exits_1(tmp_path
     sc.write_text(CUT_VERTEX_ADVERSARY + "    expect: {pairs_reachable: false, snake_ordered: false}\n")
     again = _cli(str(sc), "--topology", str(topo), "--json")
     assert again.returncode == 0, again.stdout[-2000:]
+
+
+def test_the_same_seed_gives_the_same_json_in_another_process(tmp_path: Path) -> None:
+    """String hashes differ between processes (PYTHONHASHSEED): nothing in a run may depend on them."""
+    outs = []
+    for hashseed in ("1", "7"):
+        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", "--random", "5", "--seed", "3",
+                               "--topology", str(REPO / "compose" / "topologies" / "mesh-12.yaml"), "--json"],
+                              capture_output=True, text=True, cwd=REPO, timeout=600,
+                              env={**os.environ, "PYTHONHASHSEED": hashseed})  # fmt: skip
+        assert done.returncode in (0, 1), done.stderr
+        outs.append(json.loads(done.stdout))
+    assert outs[0] == outs[1]
 
 
 def test_a_bad_scenario_file_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:

@@ -232,7 +232,9 @@ def test_roles_resolve_deterministically() -> None:
     assert resolve_link("bridge", v, rng) in {("a", "b"), ("b", "c"), ("b", "e"), ("c", "d")}
     assert resolve_link("root_link", v, rng) == ("d", "c")
     small, big = min_cut_groups(v)
-    assert len(small) == 1 and small | big == set("abcde")
+    assert small | big == set("abcde") and len(small) <= len(big)
+    assert sum(1 for x, y in v.graph.edges if (x in small) != (y in small)) == 1  # a tree: one link is a min cut
+    assert min_cut_groups(v) == (small, big)
     with pytest.raises(TargetError, match="unknown node"):
         resolve_nodes("zz", v, rng)
     ring = TargetView(nx.cycle_graph(["a", "b", "c"]), {n: bytes([i]) * 32 for i, n in enumerate("abc")})
