@@ -263,34 +263,17 @@ class ChaosRun:
 
     async def _apply(self, step: Any) -> tuple[list[Any], str | None]:
         b, a = self.backend, step.action
-        if a == "kill":
-            names = await self._nodes(step)
+        if a in ("kill", "restart", "pause", "resume"):
+            names = await self._nodes(step)  # a name is used alive or not; a role is resolved on the live graph
+            act = {"kill": b.kill, "restart": b.restart, "pause": b.pause, "resume": b.resume}[a]
             for n in names:
-                self._act("kill_root" if step.target == "root" else "kill", n)
-                await b.kill(n)
-            return names, None
-        if a == "restart":
-            names = [step.target] if step.target in b.known_nodes() else await self._nodes(step)
-            for n in names:
-                self._act("restart", n)
-                await b.restart(n)
-            return names, None
-        if a == "pause":
-            names = await self._nodes(step)
-            for n in names:
-                self._act("pause", n)
-                await b.pause(n)
-            if step.for_s:
+                self._act("kill_root" if a == "kill" and step.target == "root" else a, n)
+                await act(n)
+            if a == "pause" and step.for_s:
                 await b.sleep(step.for_s)
                 for n in names:
                     self._act("resume", n)
                     await b.resume(n)
-            return names, None
-        if a == "resume":
-            names = [step.target] if step.target in b.known_nodes() else await self._nodes(step)
-            for n in names:
-                self._act("resume", n)
-                await b.resume(n)
             return names, None
         if a == "remove_node":
             if step.target not in b.known_nodes():
@@ -341,7 +324,7 @@ class ChaosRun:
             self._act("join", f"{x}--{y}", {"class": step.link_class})
             return [[x, y]], None
         if a == "adversary":
-            names = [step.target] if step.target in b.known_nodes() else await self._nodes(step)
+            names = await self._nodes(step)
             for n in names:
                 await b.adversary(n, dict(step.drop), step.peer)
                 self._act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})

@@ -21,8 +21,7 @@ import pytest
 
 from orchestrator.backends.docker_observe import POLL_S
 from contract.dataset import ACTION_FIELDS, PING_FIELDS, RunMeta, TopologyFile, validate_event, validate_record
-from tests.conftest import docker_available, java_available, need
-from tests.orchestrator.docker_helpers import build_test_image
+from tests.conftest import java_available, need
 from tests.orchestrator.docker_helpers import labelled as labelled_by
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -31,20 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "compose" / "topologies" / "line-5.yaml"
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 LABEL = "snekbed.run"
-
-
-@pytest.fixture(scope="module")
-def client() -> object:
-    ok, why = docker_available()
-    need(ok, why)
-    import docker
-
-    return docker.from_env()
-
-
-@pytest.fixture(scope="module")
-def image(client: object) -> str:
-    return build_test_image(client)
 
 
 @pytest.fixture

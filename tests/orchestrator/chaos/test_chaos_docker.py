@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.chaos.scenario import INVARIANTS
-from tests.conftest import docker_available, need
 from tests.orchestrator.chaos.test_chaos_inproc import SEQUENCE
-from tests.orchestrator.docker_helpers import build_test_image, labelled
+from tests.orchestrator.docker_helpers import labelled
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,20 +34,6 @@ steps:
   - {action: restart, target: n03}
   - {action: churn, fraction: 0.2, duration_s: 60, down_s: 8}
 """
-
-
-@pytest.fixture(scope="module")
-def client() -> object:
-    ok, why = docker_available()
-    need(ok, why)
-    import docker
-
-    return docker.from_env()
-
-
-@pytest.fixture(scope="module")
-def image(client: object) -> str:
-    return build_test_image(client)
 
 
 def _chaos(*args: str, timeout_s: float = 1500) -> subprocess.CompletedProcess[str]:
