@@ -101,6 +101,16 @@ class AdminClient:
 
         return dict(zip(names, self._pool.map(one, names)))
 
+    def post(self, node: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``POST path`` on ``node`` with a JSON body; the JSON answer. Raises AdminError (no answer, or not 2xx)."""
+        try:
+            resp = self._http.post(self._url(node, path), json=dict(body or {}))
+        except httpx.HTTPError as exc:
+            raise AdminError(f"{node}: POST {path} failed: {exc}") from exc
+        if resp.status_code // 100 != 2:
+            raise AdminError(f"{node}: POST {path} answered {resp.status_code}: {resp.text.strip()[:300]}")
+        return resp.json()
+
     def ping(self, node: str, key_hex: str, *, mode: str = "snek", count: int = 1,
              timeout_s: float = 5.0) -> dict[str, Any]:
         """``POST /ping`` on ``node`` towards ``key_hex``; returns {sent, received, rtt_ms, hops}. Raises AdminError."""

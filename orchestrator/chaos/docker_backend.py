@@ -287,9 +287,8 @@ class DockerChaos:
         for name in names:
             if name in self._live():
                 try:
-                    await trio.to_thread.run_sync(lambda: self._admin._http.post(  # noqa: SLF001
-                        self._admin._url(name, "/peers/redial")))  # fmt: skip
-                except Exception:  # the node may be starting: its own backoff still redials
+                    await trio.to_thread.run_sync(self._admin.post, name, "/peers/redial")
+                except AdminError:  # the node may be starting: its own backoff still redials
                     pass
 
     async def link_down(self, a: str, b: str) -> bool:
@@ -309,11 +308,7 @@ class DockerChaos:
         assert self._admin is not None and self.session is not None
         body: dict[str, Any] = {"class": link_class, "shaping": shaping or {}}
         for x, y in ((a, b), (b, a)):
-            body["peer"] = self.session.keys[y]
-            resp = await trio.to_thread.run_sync(lambda: self._admin._http.post(  # noqa: SLF001
-                self._admin._url(x, "/peers/shape"), json=body))  # fmt: skip
-            if resp.status_code != 200:
-                raise AdminError(f"{x}: POST /peers/shape answered {resp.status_code}: {resp.text[:200]}")
+            await trio.to_thread.run_sync(self._admin.post, x, "/peers/shape", {**body, "peer": self.session.keys[y]})
 
     async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         assert self.plan is not None
@@ -392,8 +387,5 @@ class DockerChaos:
     async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
         assert self._admin is not None and self.session is not None
         body = {"drop": drop, "peer": self.session.keys[peer] if peer is not None else None}
-        resp = await trio.to_thread.run_sync(lambda: self._admin._http.post(  # noqa: SLF001
-            self._admin._url(name, "/adversary"), json=body))  # fmt: skip
-        if resp.status_code != 200:
-            raise AdminError(f"{name}: POST /adversary answered {resp.status_code}: {resp.text[:200]}")
+        await trio.to_thread.run_sync(self._admin.post, name, "/adversary", body)
 
