@@ -23,7 +23,10 @@ from typing import Iterable, Mapping
 
 import networkx as nx
 
-__all__ = ["NodeView", "ConvergenceTracker", "check_convergence", "stretch_summary", "HOP_CONVENTION"]
+from node.core.router import Router
+from node.core.snek import EXPIRY_S
+
+__all__ = ["NodeView", "router_views", "ConvergenceTracker", "check_convergence", "stretch_summary", "HOP_CONVENTION"]
 
 HOP_CONVENTION = "links: stretch = (reported_hops - 1) / shortest_path_links; reported_hops follows PROTOCOL.md §8 (links + 1)"
 
@@ -35,6 +38,24 @@ class NodeView:
     key: bytes
     root: bytes
     descending: bytes | None
+
+
+def router_views(routers: Iterable[tuple[str, Router]], now: float) -> tuple[dict[str, NodeView], float]:
+    """Each named router's view at ``now``, and when the first descending entry it counted expires.
+
+    An expired descending entry counts as none: routing no longer uses it (§6.3 step 6), even before the
+    next maintenance tick clears it (§6.7).
+    """
+    out: dict[str, NodeView] = {}
+    next_expiry = math.inf
+    for name, r in routers:
+        d = r.descending
+        if d is not None and d.valid(now):
+            next_expiry = min(next_expiry, d.last_seen + EXPIRY_S)
+            out[name] = NodeView(r.key, r.root.key, d.key)
+        else:
+            out[name] = NodeView(r.key, r.root.key, None)
+    return out, next_expiry
 
 
 @dataclass(slots=True)

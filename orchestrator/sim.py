@@ -19,10 +19,8 @@ import networkx as nx
 import trio
 import trio.testing
 
-from node.core.snek import EXPIRY_S
-
 from .backends.inproc import InprocNetwork, SimNode
-from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, stretch_summary
+from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
 from .record import RunRecorder, new_run_id, versions
 
 __all__ = ["SimConfig", "run_sim", "run_sim_sync"]
@@ -130,21 +128,10 @@ class _Sim:
         return g
 
     def views(self) -> dict[str, NodeView]:
-        """What each live node says now. A descending entry that has expired counts as none: routing no longer
-        uses it (§6.3 step 6), even before the next maintenance tick clears it (§6.7)."""
-        out = {}
-        now = self.net.now
-        self._next_expiry = math.inf
-        for name, sn in self.net.nodes.items():
-            if sn.alive:
-                r = sn.router
-                d = r.descending
-                if d is not None and d.valid(now):
-                    self._next_expiry = min(self._next_expiry, d.last_seen + EXPIRY_S)
-                    out[name] = NodeView(r.key, r.root.key, d.key)
-                else:
-                    out[name] = NodeView(r.key, r.root.key, None)
-        return out
+        """What each live node says now (observe.router_views: an expired descending entry counts as none)."""
+        views, self._next_expiry = router_views(((n, sn.router) for n, sn in self.net.nodes.items() if sn.alive),
+                                                self.net.now)  # fmt: skip
+        return views
 
     def _tick(self, now: float) -> None:
         graph = self.live_graph()

@@ -37,11 +37,10 @@ from contract.links import LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
 from node.core.crypto import Identity, derive_seed
 from node.core.router import Router, Timers
-from node.core.snek import EXPIRY_S
 
 from ..backends.docker_observe import reconvergence_bound_s
 from ..backends.inproc import _FRAME, InprocNetwork, SimNode
-from ..observe import ConvergenceTracker, NodeView
+from ..observe import ConvergenceTracker, NodeView, router_views
 from ..record import RunRecorder, new_run_id, versions
 from ..sim_cli import link_options
 from ..topology import Topology
@@ -110,6 +109,7 @@ class InprocChaos:
         self.refused: list[dict[str, Any]] = []
         self.traffic_skipped = 0
         self._graph: tuple[Any, nx.Graph] | None = None
+        self._next_expiry = math.inf  # when the first descending entry _views counted expires
         self._changes = 0  # root or descending changes seen (the observer re-decides only after one)
         self._background: set[tuple[str, str, str, float]] = set()
         self._ping_paths: dict[tuple[str, str, str, float], tuple[int | None, list[str]]] = {}
@@ -215,15 +215,9 @@ class InprocChaos:
             self.on_event(node, kind, fields, now)
 
     def _views(self) -> dict[str, NodeView]:
-        now = self.net.now
-        out = {}
-        for name, sn in self.net.nodes.items():
-            if self._live(name):
-                r = sn.router
-                d = r.descending
-                # an expired entry is not a descending neighbour, even before maintenance clears it
-                out[name] = NodeView(r.key, r.root.key, d.key if d is not None and d.valid(now) else None)
-        return out
+        views, self._next_expiry = router_views(
+            ((n, sn.router) for n, sn in self.net.nodes.items() if self._live(n)), self.net.now)
+        return views
 
     async def states(self) -> dict[str, NodeState]:
         return {n: NodeState(v.key, v.root, v.descending, 0) for n, v in self._views().items()}
@@ -251,21 +245,12 @@ class InprocChaos:
                 v = tr.observe(self.live_graph(), self._views())
                 if v.snake:
                     break
-                next_expiry = self._next_descending_expiry()
+                next_expiry = self._next_expiry
             if self.net.now >= deadline:
                 break
             await self.net.run_until(min(self.net.now + OBSERVE_EVERY_S, deadline))
         self._drain_results()
         return Converged(tr.tree_s, tr.snake_s, self.net.now - since)
-
-    def _next_descending_expiry(self) -> float:
-        """When the first descending entry that is valid now stops being valid."""
-        out = math.inf
-        for name, sn in self.net.nodes.items():
-            d = sn.router.descending
-            if d is not None and self._live(name):
-                out = min(out, d.last_seen + EXPIRY_S)
-        return out
 
     def reconvergence_bound_s(self, margin_s: float) -> float:
         return reconvergence_bound_s(self.live_graph(), self.timers or Timers(), margin_s=margin_s)
