@@ -60,6 +60,8 @@ __all__ = [
     "validate_event",
     "validate_record",
     "RunMeta",
+    "AbMeta",
+    "AB_ARMS",
     "MetaLink",
     "TopologyFile",
     "TopologyNode",
@@ -103,6 +105,9 @@ EVENT_TYPES: dict[str, tuple[Field, ...]] = {
     "node_started": (Field("listen", "[str]"), Field("variant", "str"), Field("version", "str")),
     "peer_up": (Field("port", "int"), Field("peer", "hex"), Field("link_class", "str")),
     "peer_down": (Field("port", "int"), Field("peer", "hex"), Field("reason", "str")),
+    # a connection refused at the handshake (§3.2): reason as in snek_handshake_failures_total
+    # (bad_capabilities when the two nodes run variants that cannot peer), remote = address or node name
+    "handshake_failed": (Field("reason", "str"), Field("remote", "str")),
     "root_changed": (Field("root", "hex"), Field("root_seq", "int"), Field("prev_root", "hex", nullable=True)),
     "parent_changed": (Field("parent", "hex", nullable=True), Field("prev_parent", "hex", nullable=True)),
     "coords_changed": (Field("coords", "[int]"),),
@@ -204,6 +209,8 @@ META_FIELDS: dict[str, str] = {
     "versions": "object: component -> version string",
     "started_wall_ts": "float: unix time the run started",
     "observer": "object: free-form, what the orchestrator itself measured",
+    "variants": "object|absent: node name -> variant spec, for nodes that run another spec than `variant`",
+    "ab": "object|absent: {experiment, arm ('a'|'b'), seed, a, b}: the run is one arm of an A/B experiment",
 }
 
 RUN_FILES = ("meta.json", "topology.json", "events/*.jsonl", "actions.jsonl", "pings.jsonl")
@@ -345,8 +352,34 @@ class MetaLink(BaseModel):
     shaping_backend: str | None = None
 
 
+AB_ARMS = ("a", "b")
+
+
+class AbMeta(BaseModel):
+    """meta.json ``ab``: the run is arm ``arm`` of A/B experiment ``experiment`` for ``seed``.
+
+    ``a`` and ``b`` are the canonical variant spec texts of the two arms (the same in every run of the
+    experiment); the pipeline pairs the arms' runs by ``seed`` (pipeline.jobs.ab)."""
+
+    model_config = ConfigDict(extra="allow")
+    experiment: str = PField(min_length=1)
+    arm: Literal["a", "b"]
+    seed: int
+    a: str = PField(min_length=1)
+    b: str = PField(min_length=1)
+
+    @property
+    def spec(self) -> str:
+        """The spec text of this run's arm."""
+        return self.a if self.arm == "a" else self.b
+
+
 class RunMeta(BaseModel):
-    """meta.json. Unknown keys are kept (forward compatible)."""
+    """meta.json. Unknown keys are kept (forward compatible).
+
+    ``variant`` is the run's canonical variant spec text (``snek``, ``snek,root_filter=1``);
+    ``variants`` names the nodes that ran another spec; ``ab`` marks one arm of an A/B experiment.
+    """
 
     model_config = ConfigDict(extra="allow")
     run_id: str = PField(min_length=1)
@@ -361,6 +394,8 @@ class RunMeta(BaseModel):
     versions: dict[str, str] = PField(default_factory=dict)
     started_wall_ts: float
     observer: dict[str, Any] = PField(default_factory=dict)
+    variants: dict[str, str] | None = None
+    ab: AbMeta | None = None
 
     @field_validator("nodes")
     @classmethod

@@ -27,6 +27,7 @@ from node.config import (
     link_spec,
     load_identity,
     parse_adversary,
+    parse_variant,
     parse_hostport,
     parse_inbound,
     parse_listen,
@@ -79,8 +80,8 @@ def build_config(**o: object) -> NodeConfig:
         flow_queue_frames=o["flow_queue_frames"],  # type: ignore[arg-type]
         stats_interval_s=o["stats_interval_s"],  # type: ignore[arg-type]
         timeouts=timeouts,
-        hop_limiting=bool(o["hop_limiting"]),
-        broadcasts=bool(o["broadcasts"]),
+        variant=parse_variant(str(o.get("variant", "snek")), list(o.get("knob", ())),  # type: ignore[call-overload]
+                              hop_limiting=bool(o["hop_limiting"]), broadcasts=bool(o["broadcasts"])),
         shaping_seed=o["shaping_seed"],  # type: ignore[arg-type]
         adversary=[parse_adversary(a) for a in o.get("adversary", ())],  # type: ignore[union-attr]
     )
@@ -132,8 +133,10 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--read-timeout-s", type=float, default=5.0)
 @click.option("--write-timeout-s", type=float, default=3.0)
 @click.option("--backoff-max-s", type=float, default=30.0, help="Longest wait between redials of a configured peer.")
-@click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9).")
-@click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8).")
+@click.option("--variant", default="snek", metavar="NAME[,KNOB=VALUE...]", help="Protocol variant: snek (the reference), snek-s0 (seed 000), legacy (seeds 002/003); see docs/variants.md.")
+@click.option("--knob", multiple=True, metavar="KEY=VALUE", help="Variant knob: root_filter, bootstrap_interval, entry_expiry, hop_limiting, wakeup_broadcasts (docs/variants.md). Repeatable.")
+@click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9); the same as --knob hop_limiting=1.")
+@click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8); --no-broadcasts is --knob wakeup_broadcasts=0.")
 @click.option("--adversary", multiple=True, metavar="SPEC", help="Drop received frames (chaos tests): KIND=PERCENT[,KIND=PERCENT][@PEERKEY], kinds all, keepalive, tree_announcement, bootstrap, wakeup_broadcast, traffic. Repeatable (one per peer).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def node(**options: object) -> None:

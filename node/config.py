@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -34,6 +35,7 @@ from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_c
 from node.core.adversary import parse_drop_spec
 from node.core.crypto import Identity
 from node.core.types import LinkType
+from node.core.variants import VariantError, VariantSpec
 
 __all__ = [
     "SHAPE_PARAMS",
@@ -65,6 +67,26 @@ def parse_adversary(spec: str) -> tuple[dict[str, float], bytes | None]:
     except ValueError as exc:
         raise ConfigError("--adversary", spec, str(exc)) from None
     return rates, bytes.fromhex(peer) if peer is not None else None
+
+
+def parse_variant(
+    name: str, knobs: Iterable[str] = (), *, hop_limiting: bool | None = None, broadcasts: bool | None = None
+) -> VariantSpec:
+    """``--variant NAME`` with ``--knob key=value`` (repeatable); the older ``--hop-limiting`` and
+    ``--no-broadcasts`` flags set the same knobs. Raises ConfigError naming the option."""
+    try:
+        spec = VariantSpec.parse(name)
+    except VariantError as exc:
+        raise ConfigError("--variant", name, str(exc)) from None
+    extra: dict[str, object] = {}
+    if hop_limiting:
+        extra["hop_limiting"] = True
+    if broadcasts is False:
+        extra["wakeup_broadcasts"] = False
+    try:
+        return spec.with_knobs(list(knobs)).with_knobs(extra)
+    except VariantError as exc:
+        raise ConfigError("--knob", ",".join(knobs), str(exc)) from None
 
 
 class ConfigError(ValueError):
@@ -309,8 +331,8 @@ class NodeConfig:
     protocol_queue_frames: int = 4096
     stats_interval_s: float = 10.0
     timeouts: Timeouts = field(default_factory=Timeouts)
-    hop_limiting: bool = False
-    broadcasts: bool = True
+    #: the protocol variant and its knobs (node.core.variants); hop limiting and wakeup broadcasts are knobs
+    variant: VariantSpec = field(default_factory=VariantSpec)
     detail_events: bool = True
     shaping_seed: int | None = None
     #: adversarial drops of received frames (node.core.adversary): (kind -> percent, peer key or None for all)

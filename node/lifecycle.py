@@ -78,7 +78,7 @@ class NodeProcess:
                     info["multicast_listen"] = await nursery.start(mc.run)
                     listen.append(info["multicast_listen"])
                 nursery.start_soon(node.run_timers)  # no checkpoint until node_started is logged
-                node.events.emit("node_started", listen=listen, variant="snek", version=node.version)
+                node.events.emit("node_started", listen=listen, variant=str(node.cfg.variant), version=node.version)
                 node.set_started()
                 self._write_ready_file()
                 log.info("node %s up: %s", node.key.hex()[:16], json.dumps(info))

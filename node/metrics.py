@@ -10,7 +10,7 @@ link class); keys appear only as labels of ``_info`` gauges.
 ======================================  =========  ==========================================
 metric                                  type       labels
 ======================================  =========  ==========================================
-snek_node_info                          info       key, name, version
+snek_node_info                          info       key, name, version, variant, variant_spec
 snek_peers                              gauge      link_class
 snek_is_root                            gauge
 snek_root_info                          info       key, sequence
@@ -98,7 +98,10 @@ class NodeCollector(Collector):
         rc = n.router_counters()
         st = n.state()
 
-        yield _info("snek_node", "This node's identity.", {"key": n.key.hex(), "name": n.name or "", "version": n.version})
+        yield _info("snek_node", "This node's identity and protocol variant.", {
+            "key": n.key.hex(), "name": n.name or "", "version": n.version,
+            "variant": str(st.get("variant", "")), "variant_spec": str(st.get("variant_spec", st.get("variant", ""))),
+        })  # fmt: skip
 
         peers = GaugeMetricFamily("snek_peers", "Connected peers by link class.", labels=["link_class"])
         by_class = Counter(p.link.link_class for p in n.peers.values())

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from contract.frames import FRAME_TYPE_NAMES
+from contract.frames import FRAME_TYPE_NAMES, FRAME_TYPE_SLOTS
 from contract.links import LinkShape
 from netem.userspace import LinkShaper
 from node.core import wire
 from node.core.crypto import Identity
 from node.core.errors import HandshakeRejected, MalformedFrame
 from node.core.types import Frame, FrameType
+from node.core.variants import variants_advertising
 from node.fairqueue import BLUETOOTH_BUCKETS, REFERENCE_BUCKETS, FairQueue
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ log = logging.getLogger("snekbed.node.peer")
 
 KEEPALIVE_BYTES = wire.encode_frame(Frame(FrameType.KEEPALIVE))
 NTYPES = len(FRAME_TYPE_NAMES) + 1  # one slot per frame type, and a last one for unknown types
-_UNKNOWN = 5
+_SLOT = FRAME_TYPE_SLOTS  # type byte -> slot (contract.frames: the numbers are not contiguous)
 RECV_BYTES = 65_536
 WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all
 SLICE_FRAMES = 32  # frames handed to the node between checkpoints
@@ -76,15 +77,19 @@ class PeerClosed(Exception):
         self.reason, self.detail = reason, detail
 
 
-async def handshake(stream: trio.abc.Stream, identity: Identity, timeout_s: float) -> tuple[bytes, bytes]:
-    """Exchange handshakes (§3.2); return (peer key, bytes received after the handshake).
+async def handshake(
+    stream: trio.abc.Stream, identity: Identity, timeout_s: float, capabilities: int = wire.CAPABILITIES
+) -> tuple[bytes, bytes]:
+    """Exchange handshakes (§3.2) advertising ``capabilities`` (the variant's, §7.4) and requiring exactly
+    the same of the peer; return (peer key, bytes received after the handshake).
 
-    Raises HandshakeFailed; never waits for the peer before sending our own bytes.
+    Raises HandshakeFailed; never waits for the peer before sending our own bytes. A capability mismatch
+    names the variants on both sides.
     """
     buf = bytearray()
     try:
         with trio.fail_after(timeout_s):
-            await stream.send_all(wire.encode_handshake(identity))
+            await stream.send_all(wire.encode_handshake(identity, capabilities))
             while len(buf) < wire.HANDSHAKE_LEN:
                 data = await stream.receive_some(4096)
                 if not data:
@@ -95,9 +100,13 @@ async def handshake(stream: trio.abc.Stream, identity: Identity, timeout_s: floa
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         raise HandshakeFailed("io_error", f"{type(exc).__name__}: {exc}") from None
     try:
-        key = wire.decode_handshake(bytes(buf[: wire.HANDSHAKE_LEN]))
+        key = wire.decode_handshake(bytes(buf[: wire.HANDSHAKE_LEN]), capabilities)
     except HandshakeRejected as exc:
-        raise HandshakeFailed(exc.reason, str(exc)) from None
+        detail = str(exc)
+        if exc.reason == "bad_capabilities":
+            theirs = int.from_bytes(buf[4:8], "big")
+            detail += f": the peer runs {variants_advertising(theirs)}, this node {variants_advertising(capabilities)}"
+        raise HandshakeFailed(exc.reason, detail) from None
     return key, bytes(buf[wire.HANDSHAKE_LEN :])
 
 
@@ -252,7 +261,7 @@ class PeerConn:
             if n > limit:
                 self._on_drop(t, "oversize", 1)
                 raise PeerClosed("oversize", f"{n}-byte frame is longer than {limit} bytes")
-            i = t if t < _UNKNOWN else _UNKNOWN
+            i = _SLOT[t]
             rxf[i] += 1
             rxb[i] += n
         if len(frames) <= SLICE_FRAMES:
@@ -313,8 +322,9 @@ class PeerConn:
             while proto and budget > 0:
                 ftype, data = proto.popleft()
                 batch.append(data)
-                txf[ftype] += 1
-                txb[ftype] += len(data)
+                slot = _SLOT[ftype]
+                txf[slot] += 1
+                txb[slot] += len(data)
                 budget -= len(data)
         if self.traffic:
             start = len(batch)
@@ -347,6 +357,7 @@ class PeerConn:
         while line and line[0][0] <= now and budget > 0:
             _, ftype, data = line.popleft()
             batch.append(data)
-            txf[ftype] += 1
-            txb[ftype] += len(data)
+            slot = _SLOT[ftype]
+            txf[slot] += 1
+            txb[slot] += len(data)
             budget -= len(data)

@@ -33,6 +33,7 @@ import trio
 
 from node.config import LinkSpec, NodeConfig, PeerSpec, parse_peer_uri
 from node.core.crypto import Identity
+from node.events import EventLog
 from node.peer import HandshakeFailed, PeerConn, handshake
 from node.view import ShellCounters
 
@@ -60,6 +61,12 @@ class PeerHost(Protocol):
     def counters(self) -> ShellCounters: ...
     @property
     def peers(self) -> Mapping[int, PeerConn]: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def started(self) -> bool:
+        """``node_started`` is logged."""
+        ...
 
     async def wait_started(self) -> None:
         """Return once ``node_started`` is logged (no peer is added before it)."""
@@ -230,13 +237,21 @@ class Peering:
             return "handshake_overload"
         self.handshaking += 1
         try:
-            key, leftover = await handshake(stream, host.identity, host.cfg.timeouts.handshake_s)
+            key, leftover = await handshake(
+                stream, host.identity, host.cfg.timeouts.handshake_s, host.cfg.variant.capabilities
+            )
         except HandshakeFailed as exc:
             host.counters.handshake_failures[exc.reason] += 1
             log.info("handshake with %s failed: %s", remote, exc)
-            return f"handshake_{exc.reason}"
+            failed = exc.reason
+        else:
+            failed = None
         finally:
             self.handshaking -= 1
+        if failed is not None:
+            if host.started:  # the event log begins with node_started: earlier failures are counted and logged only
+                host.events.emit("handshake_failed", reason=failed, remote=remote)
+            return f"handshake_{failed}"
         await host.wait_started()  # a peer that authenticates while the listeners start waits for node_started
         if host.stopping:
             return "node_stopping"

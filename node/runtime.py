@@ -89,9 +89,8 @@ class Node:
             cfg.identity,
             now,
             wall_offset_ms=int(time.time() * 1000 - now * 1000),
-            hop_limiting=cfg.hop_limiting,
             detail_events=cfg.detail_events,
-            broadcasts=cfg.broadcasts,
+            **cfg.variant.router_options(),
         )
         for rates, peer in cfg.adversary:
             self.router.set_adversary(rates, peer)
@@ -118,6 +117,7 @@ class Node:
         """The ``GET /state`` document: the router's, with link type numbers as class names."""
         s = self.router.state(trio.current_time())
         s["internal_errors"] = self.counters.internal_errors
+        s["variant_spec"] = str(self.cfg.variant)
         for p in s["peers"]:
             lt = p.pop("link_type")
             p["class"] = LINK_TYPE_NAMES.get(lt, str(lt))
@@ -191,6 +191,10 @@ class Node:
 
     async def wait_started(self) -> None:
         await self._started.wait()
+
+    @property
+    def started(self) -> bool:
+        return self._started.is_set()
 
     def set_started(self) -> None:
         """``node_started`` is logged: connections that authenticated may now become peers."""

@@ -15,6 +15,7 @@ import click
 COMMANDS: dict[str, str] = {
     "sim": "orchestrator.sim_cli:sim",
     "chaos": "orchestrator.chaos.cli:chaos",
+    "ab": "orchestrator.ab_cli:ab",
     "node": "node.cli:node",
     "netem": "netem.cli:netem",
     "links": "orchestrator.links_cli:links",

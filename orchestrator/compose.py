@@ -86,6 +86,8 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
                    "--metrics", f"0.0.0.0:{NODE_METRICS_PORT}", "--key-seed", seed_bytes.hex(),
                    "--events", f"{NODE_EVENTS_DIR}/{spec.name}.jsonl", "--run-id", run_id, "--name", spec.name,
                    "--backoff-max-s", str(REDIAL_MAX_S)]
+        if spec.variant is not None or spec.knobs:
+            command += ["--variant", str(spec.variant_spec())]
         networks: dict[str, Any] = {"control": {"ipv4_address": plan.control_ip(spec.name)}}
         for ln in plan.links_of(spec.name):
             try:

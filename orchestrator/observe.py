@@ -24,7 +24,6 @@ from typing import Iterable, Mapping
 import networkx as nx
 
 from node.core.router import Router
-from node.core.snek import EXPIRY_S
 
 __all__ = ["NodeView", "router_views", "ConvergenceTracker", "check_convergence", "stretch_summary", "HOP_CONVENTION"]
 
@@ -51,7 +50,7 @@ def router_views(routers: Iterable[tuple[str, Router]], now: float) -> tuple[dic
     for name, r in routers:
         d = r.descending
         if d is not None and d.valid(now):
-            next_expiry = min(next_expiry, d.last_seen + EXPIRY_S)
+            next_expiry = min(next_expiry, d.expires_at)
             out[name] = NodeView(r.key, r.root.key, d.key)
         else:
             out[name] = NodeView(r.key, r.root.key, None)

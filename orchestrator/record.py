@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 import networkx as nx
 
 from contract.dataset import SCHEMA_VERSION
-from contract.frames import FRAME_TYPE_NAMES, frame_type_name
+from contract.frames import UNKNOWN_FRAME_TYPE, frame_type_name
 from node.core import wire
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ STATS_INTERVAL_S = 10.0
 
 def _drop_type_name(t: Any) -> str:
     """A dropped frame's type name; a number outside the table is written as the number."""
-    return FRAME_TYPE_NAMES[t] if isinstance(t, int) and 0 <= t < len(FRAME_TYPE_NAMES) else str(t)
+    name = frame_type_name(t)
+    return str(t) if name == UNKNOWN_FRAME_TYPE else name
 
 
 def outcome_of(exc: BaseException) -> str:
@@ -102,7 +103,8 @@ class RunRecorder:
         self._net = net
         (self.root / "topology.json").write_text(json.dumps(self.topology, indent=2))
         for name, sn in net.nodes.items():
-            self.event(name, sn.key, "node_started", net.now, listen=[], variant="snek", version=versions()["snekbed"])
+            self.event(name, sn.key, "node_started", net.now, listen=[], variant=str(sn.spec),
+                       version=versions()["snekbed"])
         self.action("up", None, {"nodes": len(net.nodes)}, net.now)
         net.call_at(net.now + STATS_INTERVAL_S, self._stats_tick)
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import click
 
+from node.core.variants import VariantError, VariantSpec
+
 from .backends.docker_net import DEFAULT_POOL, DockerBackendError
 from .runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
 from .sim import run_sim_sync
@@ -128,11 +130,20 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
 @click.option("--address-pool", default=None, help="IPv4 pool for the run's networks [default: 10.213.0.0/16].")
 @click.option("--image", default=None, help="Node image to run [default: build or reuse snekbed-node:<hash>].")
 @click.option("--workers", type=int, default=8, show_default=True, help="Containers created concurrently.")
+@click.option("--variant", "variant_text", default=None, metavar="NAME[,KNOB=VALUE...]",
+              help="Protocol variant of every node that does not name its own (docs/variants.md) [default: snek].")
+@click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE", help="A variant knob for those nodes; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | None, seed: int, timeout_s: float,
-       shaping: str, address_pool: str | None, image: str | None, workers: int, as_json: bool) -> None:
+       shaping: str, address_pool: str | None, image: str | None, workers: int, variant_text: str | None,
+       knobs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
     """Bring TOPOLOGY up and wait until it has converged (or --timeout-s passes)."""
     topo = _load(topology)  # before anything else: a bad file creates nothing
+    if variant_text is not None or knobs:
+        try:
+            topo = topo.with_variant(VariantSpec.parse(variant_text or "snek").with_knobs(knobs))
+        except VariantError as exc:
+            raise click.BadParameter(str(exc), param_hint="--variant/--knob") from None
     root = runs_root(runs_dir)
     try:
         run = create_run(root, run_id or new_run_id(), topology=topo.to_record())

@@ -9,6 +9,7 @@ again. The result is the JSON document of the CLI contract.
 from __future__ import annotations
 
 import math
+from collections import Counter
 import random
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from typing import Any, Callable
 import networkx as nx
 import trio
 import trio.testing
+
+from node.core.variants import VariantSpec
 
 from .backends.inproc import InprocNetwork, SimNode
 from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
@@ -47,6 +50,8 @@ class SimConfig:
     topology_doc: dict[str, Any] | None = None
     shapers: dict[str, Any] | None = None
     link_options: list[dict[str, Any]] | None = None  # per link: connect() keyword options (link_type, shaper, sized)
+    variant: VariantSpec = field(default_factory=VariantSpec)  # every node's variant and knobs ...
+    variants: dict[str, VariantSpec] = field(default_factory=dict)  # ... unless named here
 
 
 def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
@@ -61,7 +66,7 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
     meta = {
         "run_id": run_id,
         "backend": "inproc",
-        "variant": "snek",
+        "variant": str(cfg.variant),
         "topology": cfg.name,
         "seed": cfg.seed,
         "clock": cfg.clock,
@@ -71,6 +76,9 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
         "versions": versions(),
         "started_wall_ts": wall_offset_s,
     }
+    others = {n: str(sn.spec) for n, sn in sorted(net.nodes.items()) if sn.spec != cfg.variant}
+    if others:
+        meta["variants"] = others
     return RunRecorder(Path(cfg.record), run_id, wall_offset_s, meta, topo)
 
 
@@ -91,6 +99,8 @@ class _Sim:
             wire_bytes=cfg.wire_bytes,
             detail_events=recording,
             shapers=cfg.shapers,
+            variant=cfg.variant,
+            variants=cfg.variants,
         )
         self.tracker = ConvergenceTracker()
         self.rng = random.Random(f"pairs-{cfg.seed}")
@@ -217,6 +227,9 @@ class _Sim:
             "links_refused_count": len(self.net.links_refused),
             "links_refused": self.net.links_refused,
             "seed": cfg.seed,
+            "variant": str(cfg.variant),
+            "variants": dict(Counter(str(sn.spec) for sn in self.net.nodes.values())),
+            "handshake_failures": sum(sum(c.values()) for c in self.net.handshake_failures.values()),
             "clock": cfg.clock,
             "link_delay_ms": cfg.link_delay_ms,
             "tree_converged_s": _r(tree_s),

@@ -10,6 +10,7 @@ import click
 
 from contract.links import LinkShape, link_type_number
 from netem.userspace import shaper_factory
+from node.core.variants import VariantError, VariantSpec
 
 from .sim import SimConfig, run_sim_sync
 from .topology import Topology, TopologyError
@@ -32,9 +33,16 @@ def link_options(topo: Topology, index: int) -> dict:
 
 
 def config_from_topology(topo: Topology, **kw) -> SimConfig:
+    """The in-process run of ``topo``; ``variant`` (in ``kw``) is the run's, topology nodes may override it."""
     seed = kw.get("seed", 0)
     key_seeds = {n.name: n.seed_bytes(seed) for n in topo.nodes if n.key_seed}
+    variant = kw.pop("variant", None) or VariantSpec()
+    variants = {n.name: n.variant_spec(variant) for n in topo.nodes if n.variant is not None or n.knobs}
+    if len(variants) == len(topo.nodes) and len(set(variants.values())) == 1:
+        variant, variants = next(iter(variants.values())), {}  # every node names the same: that is the run's
     return SimConfig(
+        variant=variant,
+        variants=variants,
         nodes=topo.node_names,
         links=[(l.a, l.b, l.link_class) for l in topo.links],
         link_options=[link_options(topo, i) for i in range(len(topo.links))],
@@ -49,7 +57,8 @@ def _table(out: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"snekbed sim: {out['topology']} ({out['nodes']} nodes, {out['links']} links, seed {out['seed']})")
+    t = Table(title=f"snekbed sim: {out['topology']} ({out['nodes']} nodes, {out['links']} links, seed {out['seed']}, "
+                    f"variant {out['variant']})")
     t.add_column("measure")
     t.add_column("value", justify="right")
 
@@ -98,16 +107,27 @@ def refused_sentence(refused: list[dict]) -> str:
               help="Write a run directory (docs/run-dataset.md) for `snekbed analyze`.")
 @click.option("--run-id", default=None, help="Run id for the recording (default: random).")
 @click.option("--wire-bytes", is_flag=True, help="Encode and decode every frame on the in-memory links.")
+@click.option("--variant", "variant_text", default="snek", show_default=True, metavar="NAME[,KNOB=VALUE...]",
+              help="Every node's protocol variant (snek, snek-s0, legacy; docs/variants.md), unless the topology "
+                   "gives a node its own.")
+@click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE",
+              help="A variant knob for every node (root_filter, bootstrap_interval, entry_expiry, hop_limiting, "
+                   "wakeup_broadcasts). Repeatable.")
 def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_json: bool, link_delay_ms: float,
-        max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool) -> None:
+        max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
+        knobs: tuple[str, ...]) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
+    try:
+        variant = VariantSpec.parse(variant_text).with_knobs(knobs)
+    except VariantError as exc:
+        raise click.BadParameter(str(exc), param_hint="--variant/--knob") from None
     try:
         topo = load_topology(topology, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from exc
     cfg = config_from_topology(
         topo, clock=clock, seed=seed, pairs=pairs, kill_root=kill_root, link_delay_ms=link_delay_ms,
-        max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes,
+        max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
     )
     if as_json:
         out = run_sim_sync(cfg)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contract.links import LinkClass, LinkShape, default_classes, resolve_class
 from node.core.crypto import derive_seed
+from node.core.variants import VariantSpec
 
 __all__ = [
     "TopologyError",
@@ -117,7 +118,9 @@ class NodeSpec(BaseModel):
 
     name: str
     key_seed: str | None = Field(None, description="hex of a 32-byte ed25519 seed; None = derived from run seed + name")
-    variant: Literal["snek", "legacy"] = "snek"
+    variant: str | None = Field(None, description="protocol variant spec (snek, snek-s0, legacy, with ,knob=value "
+                                "pairs); None = the run's --variant (docs/variants.md)")
+    knobs: dict[str, str | bool | int | float] = Field(default_factory=dict, description="variant knobs for this node")
     multicast: bool = False
     admin_port: int | None = Field(None, ge=1, le=65535)
     metrics_port: int | None = Field(None, ge=1, le=65535)
@@ -139,6 +142,22 @@ class NodeSpec(BaseModel):
                 "(it becomes a container hostname)"
             )
         return v
+
+    @field_validator("variant")
+    @classmethod
+    def _variant_is_known(cls, v: str | None) -> str | None:
+        return None if v is None else str(VariantSpec.parse(v))  # VariantError is a ValueError: pydantic reports it
+
+    @field_validator("knobs")
+    @classmethod
+    def _knobs_are_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        VariantSpec.of("snek", v)  # raises VariantError (a ValueError) naming the bad knob
+        return v
+
+    def variant_spec(self, default: VariantSpec | None = None) -> VariantSpec:
+        """The variant this node runs: its own ``variant`` and ``knobs`` on top of the run's ``default``."""
+        base = VariantSpec.parse(self.variant) if self.variant is not None else (default or VariantSpec())
+        return base.with_knobs(self.knobs) if self.knobs else base
 
     @field_validator("key_seed")
     @classmethod
@@ -319,6 +338,16 @@ class Topology(BaseModel):
             "links": [link.model_dump(mode="json", by_alias=True, exclude_defaults=True) for link in self.links],
             **({"classes": self.classes} if self.classes else {}),
         }
+
+    def variants(self, default: VariantSpec | None = None) -> dict[str, VariantSpec]:
+        """Every node's protocol variant: its own, else ``default`` (plain ``snek`` when None)."""
+        return {n.name: n.variant_spec(default) for n in self.nodes}
+
+    def with_variant(self, default: VariantSpec) -> Topology:
+        """This topology with ``default`` written into every node that does not name its own variant
+        (each node's ``variant`` then holds its whole spec, knobs included)."""
+        nodes = [n.model_copy(update={"variant": str(n.variant_spec(default)), "knobs": {}}) for n in self.nodes]
+        return self.model_copy(update={"nodes": nodes})
 
     def to_record(self) -> dict[str, Any]:
         """The document a run directory keeps as ``topology.json`` (docs/run-dataset.md): the

@@ -17,11 +17,14 @@ pipeline/submit.py`` and by the benchmark. Stages (each reported to the
 Tables (``OUT/tables/<name>``): events, actions, pings, quarantine (partitioned
 by run_id), runs, nodes, links, reconciliation, episodes, convergence, pings_enriched,
 delivery, delivery_by_episode, delivery_timeline, overhead_by_node, overhead_by_class,
-churn_timeline, churn_by_node, run_summary, compare_<field> (one per grouping).
+churn_timeline, churn_by_node, run_summary, compare_<field> (one per grouping), and, when some
+runs are arms of an A/B experiment (meta.json ``ab``), ab_runs and ab (pipeline.jobs.ab), with the
+A/B document in ``OUT/ab.json`` and ``AnalysisResult.ab``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,9 +35,9 @@ from pyspark.sql import functions as F
 
 from pipeline import io, report, schemas
 from pipeline.errors import PipelineError
-from pipeline.jobs import churn, compare, convergence, delivery, episodes, ingest, overhead
+from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, overhead
 
-__all__ = ["AnalysisResult", "ReconciliationError", "analyze"]
+__all__ = ["AB_FILE", "AnalysisResult", "ReconciliationError", "analyze", "load_ab"]
 
 Progress = Callable[[str, str], None]
 
@@ -53,14 +56,23 @@ class AnalysisResult:
     quarantined: int
     events: int
     stage_s: dict[str, float] = field(default_factory=dict)
+    #: the A/B document (pipeline.jobs.ab.summarize): experiment -> arms, seeds and metrics; {} without A/B runs
+    ab: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {
+        doc = {
             "out": str(self.out), "runs": self.runs, "events": self.events, "quarantined": self.quarantined,
             "reconciliation_ok": all(r["ok"] for r in self.reconciliation),
             "tables": self.tables, "report": [str(p) for p in self.report_files],
             "stage_s": {k: round(v, 3) for k, v in self.stage_s.items()},
         }
+        if self.ab:
+            doc["ab"] = self.ab
+        return doc
+
+    def ab_text(self) -> str:
+        """The A/B document as a plain-text table ('' without A/B runs)."""
+        return ab.summary_text(self.ab)
 
 
 def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: dict[str, str]) -> DataFrame:
@@ -111,6 +123,33 @@ def _small(df: DataFrame, out: Path, name: str, tables: dict[str, str]) -> None:
     tables[name] = io.write_table(df.coalesce(1), out, name, partition_by=())
 
 
+#: The A/B document (pipeline.jobs.ab.summarize) under the output directory, when there are A/B runs.
+AB_FILE = "ab.json"
+
+
+def load_ab(out: str | Path) -> dict[str, dict]:
+    """The A/B document an analysis wrote to ``out`` ({} when it had no A/B runs)."""
+    path = Path(out) / AB_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _ab(spark: SparkSession, out: Path, ab_meta: DataFrame | None, events: DataFrame, enriched: DataFrame,
+        control: DataFrame, tables: dict[str, str]) -> dict[str, dict]:  # fmt: skip
+    """The A/B tables and document; without A/B runs, none (and those of an earlier analysis in ``out``
+    are removed, so that a re-used output directory never shows a stale A/B result)."""
+    if ab_meta is None:
+        for name in ("ab_runs", "ab"):
+            io.drop_table(out, name)
+        (out / AB_FILE).unlink(missing_ok=True)
+        return {}
+    conv = io.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)
+    _small(ab.ab_runs(ab_meta, conv, enriched, control, events), out, "ab_runs", tables)
+    rows = [r.asDict() for r in io.read_table(spark, out, "ab_runs", schemas.AB_RUNS_SCHEMA).collect()]
+    doc = ab.summarize(rows)
+    _small(spark.createDataFrame(ab.summary_rows(doc), schemas.AB_SCHEMA), out, "ab", tables)
+    return doc
+
+
 def analyze(
     spark: SparkSession,
     run_dirs: Sequence[str | Path],
@@ -136,6 +175,7 @@ def analyze(
     say("discover", f"{len(run_dirs)} path(s)")
     runs = io.discover_runs(run_dirs)
     frames = io.run_frames(spark, runs)
+    ab_meta = io.ab_meta(spark, runs)
     for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
         _small(df, out, name, tables)
     n_files = sum(len(r.event_files) for r in runs)
@@ -185,17 +225,23 @@ def analyze(
     summary = io.read_table(spark, out, "run_summary", schemas.RUN_SUMMARY_SCHEMA)
     for by in compare.GROUPINGS:
         _small(compare.compare(summary, [by]), out, f"compare_{by}", tables)
+    if ab_meta is not None:
+        say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
+    ab_doc = _ab(spark, out, ab_meta, events, enriched, overhead.control_per_run(by_node), tables)
     stage_s["analyze"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("report", "tables, plots, report.md, report.html")
-    files = report.render(report.collect_inputs(spark, out, recon))
+    files = report.render(report.collect_inputs(spark, out, recon, ab=ab_doc))
+    if ab_doc:
+        files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
     written = io.write_files(out, files)
     stage_s["report"] = time.perf_counter() - t
 
     n_events = sum(r["parsed"] for r in recon if r["source"] == "events")
     n_quarantined = sum(r["quarantined"] for r in recon)
-    result = AnalysisResult(out, [r.run_id for r in runs], tables, written, recon, n_quarantined, n_events, stage_s)
+    result = AnalysisResult(out, [r.run_id for r in runs], tables, written, recon, n_quarantined, n_events, stage_s,
+                            ab_doc)
     bad = [r for r in recon if not r["ok"]]
     if check_reconciliation and bad:
         raise ReconciliationError(

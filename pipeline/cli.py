@@ -77,7 +77,8 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
             timeline_bin_s: float) -> None:
     """Analyze RUN_DIRs (run directories, or directories of them) with Spark.
 
-    Writes Parquet tables under OUT/tables and OUT/report.md, OUT/report.html with PNG plots.
+    Writes Parquet tables under OUT/tables and OUT/report.md, OUT/report.html with PNG plots;
+    runs that are arms of an A/B experiment (meta.json "ab") are also compared, into OUT/ab.json.
     Exits 1 when a run directory is invalid or input lines are unaccounted for.
     """
     from rich.console import Console
@@ -109,6 +110,9 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
         return
     console.print(f"[green]analyzed[/] {len(result.runs)} run(s), {result.events:,} events, "
                   f"{result.quarantined} line(s) quarantined, in {time.perf_counter() - t0:.1f} s")
+    if result.ab:
+        console.print(result.ab_text(), markup=False, highlight=False)
+        console.print(f"A/B: {out / 'ab.json'}")
     console.print(f"report: {out / 'report.html'}  ({out / 'report.md'})")
     console.print(f"tables: {out / 'tables'}")
 

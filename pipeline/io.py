@@ -44,6 +44,9 @@ __all__ = [
     "RunFrames",
     "get_spark",
     "discover_runs",
+    "check_ab",
+    "ab_meta",
+    "observed_internal_errors",
     "load_run",
     "run_frames",
     "read_lines",
@@ -197,6 +200,9 @@ def load_run(path: str | Path) -> RunDir:
     if names != set(meta.nodes):
         diff = sorted(names ^ set(meta.nodes))
         raise RunDatasetError(str(root / "meta.json"), f"nodes differ from topology.json: {diff}")
+    unknown = sorted(set(meta.variants or {}) - set(meta.nodes))
+    if unknown:
+        raise RunDatasetError(str(root / "meta.json"), f"field variants: names unknown node(s) {unknown}")
     for i, link in enumerate(topo.links):
         for end in (link.a, link.b):
             if end not in names:
@@ -215,8 +221,8 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunDir]:
     """Run directories named by ``paths``: each is a run directory (has meta.json)
     or a directory whose immediate subdirectories are run directories.
 
-    Raises RunDatasetError for a path that is neither, for an invalid run, or
-    when two runs share a run_id.
+    Raises RunDatasetError for a path that is neither, for an invalid run, when two runs
+    share a run_id, or for an inconsistent A/B experiment (``check_ab``).
     """
     runs: list[RunDir] = []
     for p in paths:
@@ -233,7 +239,30 @@ def discover_runs(paths: Sequence[str | Path]) -> list[RunDir]:
         if run.run_id in seen:
             raise RunDatasetError(str(run.path), f"run_id {run.run_id!r} also used by {seen[run.run_id]}")
         seen[run.run_id] = run.path
+    check_ab(runs)
     return runs
+
+
+def check_ab(runs: Sequence[RunDir]) -> None:
+    """The A/B runs among ``runs`` (meta.json ``ab``) form consistent experiments: every run of an
+    experiment names the same ``a`` and ``b`` specs, and no (experiment, arm, seed) has two runs.
+    Raises RunDatasetError naming the meta.json at fault."""
+    specs: dict[str, tuple[tuple[str, str], Path]] = {}
+    slots: dict[tuple[str, str, int], Path] = {}
+    for run in runs:
+        ab = run.meta.ab
+        if ab is None:
+            continue
+        where = str(run.path / "meta.json")
+        first = specs.setdefault(ab.experiment, ((ab.a, ab.b), run.path))
+        if first[0] != (ab.a, ab.b):
+            raise RunDatasetError(where, f"field ab: experiment {ab.experiment!r} has a={ab.a!r} b={ab.b!r} here "
+                                         f"but a={first[0][0]!r} b={first[0][1]!r} in {first[1]}")
+        slot = (ab.experiment, ab.arm, ab.seed)
+        if slot in slots:
+            raise RunDatasetError(where, f"field ab: experiment {ab.experiment!r} arm {ab.arm} seed {ab.seed} "
+                                         f"is also recorded by {slots[slot]}")
+        slots[slot] = run.path
 
 
 @dataclass(frozen=True)
@@ -268,6 +297,32 @@ def run_frames(spark: SparkSession, runs: Sequence[RunDir]) -> RunFrames:
         spark.createDataFrame(node_rows, schemas.NODES_SCHEMA),
         spark.createDataFrame(link_rows, schemas.LINKS_SCHEMA),
     )
+
+
+def observed_internal_errors(observer: Mapping) -> int | None:
+    """meta.json ``observer.internal_errors``: a number, or {node: number} (summed); None when absent
+    or of another shape."""
+    value = observer.get("internal_errors")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+        return sum(value.values())
+    return None
+
+
+def ab_meta(spark: SparkSession, runs: Sequence[RunDir]) -> DataFrame | None:
+    """schemas.AB_META_SCHEMA for the runs with meta.json ``ab`` (None when there are none):
+    run_id, experiment, arm, seed, spec (the arm's), a, b, variants (JSON text or null),
+    observer_internal_errors (``observed_internal_errors``)."""
+    rows = [
+        (r.run_id, r.meta.ab.experiment, r.meta.ab.arm, r.meta.ab.seed, r.meta.ab.spec, r.meta.ab.a, r.meta.ab.b,
+         json.dumps(r.meta.variants, sort_keys=True) if r.meta.variants else None,
+         observed_internal_errors(r.meta.observer))
+        for r in runs if r.meta.ab is not None
+    ]  # fmt: skip
+    return spark.createDataFrame(rows, schemas.AB_META_SCHEMA) if rows else None
 
 
 # --------------------------------------------------------------------------- JSON lines with line numbers

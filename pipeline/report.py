@@ -4,7 +4,9 @@
 plots need in Spark; ``render`` turns that into file contents without touching
 the disk (``pipeline.io.write_files`` writes them). Plots: convergence time
 CDF, stretch histogram, delivery over time with disruptions marked, overhead by
-link class. ``plots.json`` lists the data behind every plot.
+link class; with A/B runs, one figure per experiment (``ab_<n>_<name>.png``: per
+metric, both arms' distributions side by side with each seed's pair joined) and an
+"A/B" section. ``plots.json`` lists the data behind every plot.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import html
 import io as _bytes_io
 import json
+import math
+import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +29,7 @@ from pipeline import io, schemas
 from pipeline.jobs.compare import GROUPINGS
 from pipeline.jobs.episodes import EPISODE_ACTIONS
 
-__all__ = ["ReportInputs", "collect_inputs", "render", "PLOTS"]
+__all__ = ["ReportInputs", "collect_inputs", "render", "PLOTS", "ab_plot_name"]
 
 PLOTS = ("convergence_cdf.png", "stretch_hist.png", "delivery_over_time.png", "overhead_by_class.png")
 STRETCH_BIN = 0.1
@@ -48,14 +53,18 @@ class ReportInputs:
     churn: list[dict]
     summary: list[dict]
     compare: dict[str, list[dict]] = field(default_factory=dict)
+    #: the A/B document (pipeline.jobs.ab.summarize); {} without A/B runs
+    ab: dict[str, dict] = field(default_factory=dict)
 
 
 def _rows(df) -> list[dict]:
     return [r.asDict() for r in df.collect()]
 
 
-def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict]) -> ReportInputs:
-    """Read the result tables under ``out`` and aggregate what the report needs (small results only)."""
+def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
+                   ab: Mapping[str, dict] | None = None) -> ReportInputs:  # fmt: skip
+    """Read the result tables under ``out`` and aggregate what the report needs (small results only);
+    ``ab`` is the A/B document of the analysis (pipeline.jobs.ab.summarize), if it has A/B runs."""
     t = lambda name, schema: io.read_table(spark, out, name, schema)  # noqa: E731
     q = t("quarantine", schemas.QUARANTINE_SCHEMA)
     enriched = t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
@@ -86,6 +95,7 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
             F.count("*").alias("nodes")).orderBy("run_id")),
         summary=_rows(t("run_summary", schemas.RUN_SUMMARY_SCHEMA).orderBy("run_id")),
         compare={by: _rows(spark.read.parquet(io.table_path(out, f"compare_{by}"))) for by in GROUPINGS},
+        ab=dict(ab or {}),
     )
 
 
@@ -187,6 +197,73 @@ def _overhead_by_class(inp: ReportInputs, data: dict) -> bytes:
     return _png(fig)
 
 
+def ab_plot_name(index: int, experiment: str) -> str:
+    """File name of the A/B figure of the ``index``-th experiment (1-based, in document order)."""
+    return f"ab_{index}_{re.sub(r'[^A-Za-z0-9_.-]+', '-', experiment).strip('-.')[:40] or 'experiment'}.png"
+
+
+def _ab_figure(experiment: str, e: Mapping, data: dict) -> bytes:
+    """Per metric with pairs: arm a's and arm b's values side by side (box plots), each seed's pair joined."""
+    metrics = {name: m for name, m in e["metrics"].items() if m["n_pairs"]}
+    data.update(experiment=experiment, a=e["a"], b=e["b"], metrics={
+        name: {"pairs": m["pairs"], "diff": m["diff"], "ci": [m["ci_low"], m["ci_high"]],
+               "significant": m["significant"], "better": m["better"]} for name, m in metrics.items()})  # fmt: skip
+    cols = min(4, max(1, len(metrics)))
+    rows = max(1, math.ceil(len(metrics) / cols))
+    fig = Figure(figsize=(3.2 * cols, 2.9 * rows + 0.6))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, (name, m) in zip(flat, metrics.items()):
+        a = [p[1] for p in m["pairs"]]
+        b = [p[2] for p in m["pairs"]]
+        ax.boxplot([a, b], positions=[0, 1], widths=0.5, showfliers=False)
+        for _, va, vb in m["pairs"]:
+            ax.plot([0, 1], [va, vb], color="grey", alpha=0.5, linewidth=0.8)
+        ax.scatter([0] * len(a), a, s=12, color="tab:blue", zorder=3)
+        ax.scatter([1] * len(b), b, s=12, color="tab:orange", zorder=3)
+        ax.set_xticks([0, 1], ["a", "b"])
+        ci = "" if m["ci_low"] is None else f" [{m['ci_low']:.3g}, {m['ci_high']:.3g}]"
+        verdict = f"{m['better']} better" if m["better"] else "no significant difference"
+        ax.set_title(f"{name}\nb - a = {m['diff']:.3g}{ci}\n{verdict}", fontsize=7,
+                     color="black" if not m["significant"] else "darkred")
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in flat[len(metrics):]:
+        ax.set_axis_off()
+    if not metrics:
+        _empty(flat[0], "paired seeds")
+    fig.suptitle(f"A/B {experiment}: a = {e['a']}, b = {e['b']} ({e['seeds']} paired seeds)", fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _ab_rows(e: Mapping) -> list[dict]:
+    def rng(s: Mapping) -> str:
+        return "–" if s["p25"] is None else f"{s['p25']:.4g} – {s['p75']:.4g}"
+
+    out = []
+    for name, m in e["metrics"].items():
+        out.append({
+            "metric": name, "better when": m["better_when"], "pairs": m["n_pairs"],
+            "a median": m["a"]["median"], "a p25 – p75": rng(m["a"]),
+            "b median": m["b"]["median"], "b p25 – p75": rng(m["b"]),
+            "b − a (mean)": m["diff"],
+            "95% interval": "unbounded" if m["ci_low"] is None and m["diff"] is not None else
+            (f"[{m['ci_low']:.4g}, {m['ci_high']:.4g}]" if m["ci_low"] is not None else None),
+            "p": m["p_value"], "significant": "yes" if m["significant"] else "no", "better": m["better"],
+        })  # fmt: skip
+    return out
+
+
+AB_COLUMNS = ["metric", "better when", "pairs", "a median", "a p25 – p75", "b median", "b p25 – p75",
+              "b − a (mean)", "95% interval", "p", "significant", "better"]
+AB_TEXT = ("Runs of arm a and arm b are paired by seed (same keys, delays and faults). Per metric: each arm's "
+           "median and quartiles over the paired seeds; b − a is the mean of the per-seed differences, with a 95% "
+           "interval from the paired sign-flip test (exact under no difference; unbounded below 6 pairs); "
+           "significant = the interval excludes 0; better by the metric's direction. Reconvergence metrics are "
+           "per fault kind: the worst episode of that kind in the run (– when one never converged).")
+
+
 # --------------------------------------------------------------------------- tables
 
 
@@ -219,6 +296,12 @@ def render(inp: ReportInputs) -> dict[str, bytes | str]:
         "delivery_over_time.png": _delivery_over_time(inp, data["delivery_over_time.png"]),
         "overhead_by_class.png": _overhead_by_class(inp, data["overhead_by_class.png"]),
     }
+    ab_plots = []
+    for i, (exp, e) in enumerate(inp.ab.items(), start=1):
+        name = ab_plot_name(i, exp)
+        data[name] = {}
+        files[name] = _ab_figure(exp, e, data[name])
+        ab_plots.append((exp, e, name))
     files["plots.json"] = json.dumps(data, indent=1, default=str)
     ok = all(r["ok"] for r in inp.reconciliation)
     total = {k: sum(r[k] for r in inp.reconciliation) for k in ("lines", "parsed", "quarantined")}
@@ -255,10 +338,23 @@ def render(inp: ReportInputs) -> dict[str, bytes | str]:
                                   "Overhead by class")):
         md += [f"![{title}]({png})", ""]
         body.append(f'<figure><img src="{png}" alt="{title}"><figcaption>{title}</figcaption></figure>')
-    for title, text, rows, cols in sections:
+    for i, (title, text, rows, cols) in enumerate(sections):
         t_md, t_html = _table(rows, cols)
         md += [f"## {title}", "", text, "", t_md, ""] if text else [f"## {title}", "", t_md, ""]
         body.append(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(text)}</p>" if text else "") + t_html)
+        if i == 0 and ab_plots:  # the A/B result right after the runs: it is what such an analysis is for
+            md += ["## A/B", "", AB_TEXT, ""]
+            body.append(f"<h2>A/B</h2><p>{html.escape(AB_TEXT)}</p>")
+            for exp, e, png in ab_plots:
+                head = f"Experiment {exp}: arm a = {e['a']}, arm b = {e['b']}; {e['seeds']} paired seed(s)"
+                if e["unpaired_seeds"]:
+                    head += f" (seeds with one arm only, left out: {', '.join(map(str, e['unpaired_seeds']))})"
+                t_md, t_html = _table(_ab_rows(e), AB_COLUMNS)
+                md += [f"### A/B {exp}", "", head + ".", "", t_md, "", f"![A/B {exp}]({png})", ""]
+                body.append(f"<h3>A/B {html.escape(exp)}</h3><p>{html.escape(head)}.</p>" + t_html
+                            + f'<figure><img src="{png}" alt="A/B {html.escape(exp)}">'
+                            f"<figcaption>A/B {html.escape(exp)}: a vs b per metric, each seed's pair joined"
+                            "</figcaption></figure>")
     files["report.md"] = "\n".join(md)
     files["report.html"] = (
         "<!doctype html><html><head><meta charset='utf-8'><title>snekbed analysis</title><style>"

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from contract.dataset import ACTION_FIELDS, COMMON_FIELDS, EVENT_FIELDS, PING_FIELDS, Field
+from contract.dataset import ACTION_FIELDS, COMMON_FIELDS, DISRUPTIVE_ACTIONS, EVENT_FIELDS, PING_FIELDS, Field
 
 __all__ = [
     "spark_type",
@@ -50,7 +50,16 @@ __all__ = [
     "CHURN_SCHEMA",
     "RUN_SUMMARY_SCHEMA",
     "RECONCILIATION_SCHEMA",
+    "EPISODE_ACTIONS",
+    "AB_META_SCHEMA",
+    "AB_RUNS_SCHEMA",
+    "AB_SCHEMA",
 ]
+
+#: Actions that open an episode (pipeline.jobs.episodes): the contract's disruptive actions, plus
+#: ``restart`` (a node coming back with a fresh state has to converge too). Here because the A/B
+#: tables have a re-convergence column per kind.
+EPISODE_ACTIONS: tuple[str, ...] = (*DISRUPTIVE_ACTIONS, "restart")
 
 _KIND_TYPES: dict[str, DataType] = {
     "int": LongType(),
@@ -201,4 +210,31 @@ RUN_SUMMARY_SCHEMA = StructType(
 
 RECONCILIATION_SCHEMA = StructType(
     _s(("run_id", S), ("source", S), ("file", S), ("lines", L), ("parsed", L), ("quarantined", L), ("ok", B))
+)
+
+#: The A/B runs (meta.json ``ab``, pipeline.io.ab_meta): the arm's spec, the per-node specs (JSON) and
+#: the internal errors meta.json ``observer.internal_errors`` reports (null when it has none).
+AB_META_SCHEMA = StructType(
+    _s(("run_id", S), ("experiment", S), ("arm", S), ("seed", L), ("spec", S), ("a", S), ("b", S), ("variants", S),
+       ("observer_internal_errors", L))
+)
+
+#: One row per A/B run and its metrics (pipeline.jobs.ab.ab_runs); ``reconv_<tree|snake>_<kind>_s``
+#: per episode kind (action), null where the run has no such episode or one never converged.
+AB_RUNS_SCHEMA = StructType(
+    _s(("run_id", S), ("experiment", S), ("arm", S), ("seed", L), ("spec", S), ("variants", S),
+       ("start_tree_s", D), ("start_snake_s", D))
+    + _s(*[(f"reconv_{kind}_{action}_s", D) for action in EPISODE_ACTIONS for kind in ("tree", "snake")])
+    + _s(("episodes_unconverged", L), ("pings_disrupted", L), ("delivery_disrupted", D), ("delivery_ratio", D),
+         ("stretch_median", D), ("control_bytes_per_node_s", D), ("internal_errors", L))
+)
+
+#: One row per A/B experiment and metric: both arms' spread over the paired seeds, the paired
+#: difference b - a with its 95 % interval, and the verdict (pipeline.jobs.ab.paired).
+AB_SCHEMA = StructType(
+    _s(
+        ("experiment", S), ("metric", S), ("better_when", S), ("a_spec", S), ("b_spec", S), ("n_pairs", L),
+        ("a_median", D), ("a_p25", D), ("a_p75", D), ("b_median", D), ("b_p25", D), ("b_p75", D),
+        ("diff", D), ("ci_low", D), ("ci_high", D), ("p_value", D), ("significant", B), ("better", S),
+    )
 )

@@ -1,4 +1,5 @@
-"""Payload codecs (PROTOCOL.md §3.2, §4.5-§4.7, §8): root announcements, signed root payloads, the handshake, pings.
+"""Payload codecs (PROTOCOL.md §3.2, §4.5-§4.7, §7.4, §8): root announcements, signed root payloads, the
+handshake, pings, and the payloads of the older SNEK variant's messages.
 
 Same contract as :mod:`node.core.wire`, which re-exports every public name here: decoders raise only
 ``ProtocolError`` subclasses on bad input, encoders raise ``ValueError`` for values they cannot encode.
@@ -27,7 +28,19 @@ from node.core.codec import (
 )
 from node.core.crypto import Identity
 from node.core.errors import BadSignature, HandshakeRejected, MalformedFrame
-from node.core.types import KEY_LEN, SIG_LEN, Announcement, Frame, FrameType, SigHop, SignedRootPayload
+from node.core.types import (
+    KEY_LEN,
+    LEGACY_PATH_ID_LEN,
+    SIG_LEN,
+    Announcement,
+    Frame,
+    FrameType,
+    LegacyBootstrapPayload,
+    LegacyFrameType,
+    LegacyPathPayload,
+    SigHop,
+    SignedRootPayload,
+)
 
 __all__ = [
     "encode_announcement", "decode_announcement", "sign_announcement_for_port", "verify_announcement",
@@ -35,9 +48,14 @@ __all__ = [
     "encode_signed_root_payload", "decode_signed_root_payload", "signed_root_protected_bytes",
     "make_signed_root_payload", "verify_signed_root_payload", "signed_root",
     "encode_handshake", "decode_handshake", "encode_ping", "decode_ping", "increment_ping_hops",
+    "legacy_source_signed_bytes", "legacy_dest_signed_bytes",
+    "encode_legacy_bootstrap_payload", "decode_legacy_bootstrap_payload",
+    "encode_legacy_path_payload", "decode_legacy_path_payload",
+    "encode_legacy_teardown_payload", "decode_legacy_teardown_payload",
 ]  # fmt: skip
 
 _TREE = TREE_TYPE
+_LEGACY_BOOTSTRAP, _LEGACY_ACK, _LEGACY_SETUP, _LEGACY_TEARDOWN = (int(t) for t in LegacyFrameType)
 _HS_HEAD = struct.Struct(">B3xI")
 _PING = struct.Struct(">8sBH32s32s")
 
@@ -159,6 +177,102 @@ def verify_signed_root_payload(p: SignedRootPayload, key: bytes, verify: Verify 
     except ValueError:
         return False
     return verify(key, protected, p.signature)
+
+
+# ------------------------------------------- the older SNEK variant's payloads (§7.2, §7.4)
+def _check_path_id(path_id: bytes) -> bytes:
+    if len(path_id) != LEGACY_PATH_ID_LEN:
+        raise ValueError(f"path ID must be {LEGACY_PATH_ID_LEN} bytes, got {len(path_id)}")
+    return path_id
+
+
+def _check_sig(sig: bytes, what: str) -> bytes:
+    if len(sig) != SIG_LEN:
+        raise ValueError(f"{what} must be {SIG_LEN} bytes, got {len(sig)}")
+    return sig
+
+
+def legacy_source_signed_bytes(path_key: bytes, path_id: bytes) -> bytes:
+    """What the bootstrapper signs (§7.2 source sig): ``path key ‖ path ID`` (32 + 8 bytes).
+
+    Raises ValueError for a key that is not 32 bytes or a path ID that is not 8.
+    """
+    return check_key(path_key, "path key") + _check_path_id(path_id)
+
+
+def legacy_dest_signed_bytes(source_sig: bytes, path_key: bytes, path_id: bytes) -> bytes:
+    """What the acker signs (§7.2 destination sig): ``source sig ‖ path key ‖ path ID`` (64 + 32 + 8 bytes).
+
+    Raises ValueError on bad field sizes.
+    """
+    return _check_sig(source_sig, "source signature") + legacy_source_signed_bytes(path_key, path_id)
+
+
+def encode_legacy_bootstrap_payload(p: LegacyBootstrapPayload) -> bytes:
+    """``PathID:8 ‖ RootKey:32 ‖ RootSeq:varu64 ‖ SourceSig:64`` (§7.4, type 0xE0). Raises ValueError on bad sizes."""
+    return b"".join((_check_path_id(p.path_id), check_key(p.root_key, "root key"), encode_varu64(p.root_seq),
+                     _check_sig(p.source_sig, "source signature")))  # fmt: skip
+
+
+def encode_legacy_path_payload(p: LegacyPathPayload) -> bytes:
+    """``PathID:8 ‖ RootKey:32 ‖ RootSeq:varu64 ‖ SourceSig:64 ‖ DestSig:64`` (§7.4, types 0xE1 and 0xE2).
+
+    Raises ValueError on bad field sizes.
+    """
+    return b"".join((_check_path_id(p.path_id), check_key(p.root_key, "root key"), encode_varu64(p.root_seq),
+                     _check_sig(p.source_sig, "source signature"), _check_sig(p.dest_sig, "destination signature")))  # fmt: skip
+
+
+def _decode_legacy(b: bytes | memoryview, sigs: int, t: int, what: str) -> tuple[bytes, bytes, int, list[bytes]]:
+    buf = b if type(b) is bytes else bytes(b)
+    n = len(buf)
+    head = LEGACY_PATH_ID_LEN + KEY_LEN
+    if n < head:
+        raise MalformedFrame("truncated", f"{what} payload has {n} of its {head} path ID and root key bytes",
+                             offset=n, frame_type=t)  # fmt: skip
+    root_seq, i = read_varu64(buf, head, n, f"{what} root sequence", t=t)
+    want = sigs * SIG_LEN
+    if n - i < want:
+        raise MalformedFrame("truncated", f"{what} payload has {n - i} of {want} signature bytes", offset=n, frame_type=t)
+    if n - i > want:
+        raise MalformedFrame("trailing_bytes", f"{n - i - want} bytes after the {what} payload", offset=i + want,
+                             frame_type=t)  # fmt: skip
+    out = [buf[i + k * SIG_LEN : i + (k + 1) * SIG_LEN] for k in range(sigs)]
+    return buf[:LEGACY_PATH_ID_LEN], buf[LEGACY_PATH_ID_LEN:head], root_seq, out
+
+
+def decode_legacy_bootstrap_payload(b: bytes | memoryview) -> LegacyBootstrapPayload:
+    """Parse a LegacyBootstrap payload; the length must match exactly.
+
+    Raises MalformedFrame ("truncated", "trailing_bytes", "bad_varu64"); offsets count from the payload start.
+    """
+    path_id, root_key, root_seq, (ssig,) = _decode_legacy(b, 1, _LEGACY_BOOTSTRAP, "legacy bootstrap")
+    return LegacyBootstrapPayload(path_id, root_key, root_seq, ssig)
+
+
+def decode_legacy_path_payload(b: bytes | memoryview, t: int = _LEGACY_SETUP) -> LegacyPathPayload:
+    """Parse a LegacyBootstrapACK or LegacySetup payload (``t`` names which in errors); exact length.
+
+    Raises MalformedFrame ("truncated", "trailing_bytes", "bad_varu64"); offsets count from the payload start.
+    """
+    what = "legacy bootstrap ACK" if t == _LEGACY_ACK else "legacy setup"
+    path_id, root_key, root_seq, (ssig, dsig) = _decode_legacy(b, 2, t, what)
+    return LegacyPathPayload(path_id, root_key, root_seq, ssig, dsig)
+
+
+def encode_legacy_teardown_payload(path_id: bytes) -> bytes:
+    """``PathID:8`` (§7.4, type 0xE3). Raises ValueError for a path ID that is not 8 bytes."""
+    return _check_path_id(path_id)
+
+
+def decode_legacy_teardown_payload(b: bytes | memoryview) -> bytes:
+    """The path ID of a LegacyTeardown payload. Raises MalformedFrame ("truncated", "trailing_bytes")."""
+    n = len(b)
+    if n != LEGACY_PATH_ID_LEN:
+        reason = "truncated" if n < LEGACY_PATH_ID_LEN else "trailing_bytes"
+        raise MalformedFrame(reason, f"legacy teardown payload of {n} bytes is not an {LEGACY_PATH_ID_LEN}-byte path ID",
+                             offset=min(n, LEGACY_PATH_ID_LEN), frame_type=_LEGACY_TEARDOWN)  # fmt: skip
+    return bytes(b)
 
 
 # ------------------------------------------------------------- handshake (§3.2)

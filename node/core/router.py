@@ -31,15 +31,15 @@ from .forward import ForwardMixin, TransitCache
 from .ping import PingService
 from .snek import Entry, NextHop, RoutingTable
 from .snek_api import SnekFactory, SnekStrategy
-from .snek_reference import SnekReference
 from .state import MAX_PORTS, Encoded, Output, PeerState, Send, Timers
 from .tree import TreeMixin
 from .types import Announcement, Frame, FrameType, Root, Watermark
+from .variants import KNOBS, VARIANTS
 
 __all__ = ["MAX_PORTS", "SNEK_VARIANTS", "Encoded", "Output", "PeerState", "Router", "Timers"]
 
-#: SNEK variants by name (``Router(..., snek="snek")``); a variant is one module, registered here.
-SNEK_VARIANTS: dict[str, SnekFactory] = {"snek": SnekReference}
+#: SNEK variants by name (``Router(..., snek="snek")``): the factories of :data:`node.core.variants.VARIANTS`.
+SNEK_VARIANTS: Mapping[str, SnekFactory] = {name: v.factory for name, v in VARIANTS.items()}
 
 # plain ints for dispatch on the frame path (enum attribute lookups cost more than the comparison)
 _KEEPALIVE, _TREE_ANNOUNCEMENT, _BOOTSTRAP, _TRAFFIC, _WAKEUP_BROADCAST = (int(t) for t in FrameType)
@@ -62,8 +62,11 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         max_routes: int = 65_536,
         max_cached: int = 20_000,
         snek: str | SnekFactory = "snek",
+        knobs: Mapping[str, Any] | None = None,
     ) -> None:
-        """``snek`` names a variant of :data:`SNEK_VARIANTS` or is a factory ``(router, now) -> SnekStrategy``.
+        """``snek`` names a variant of :data:`node.core.variants.VARIANTS` or is a factory
+        ``(router, now) -> SnekStrategy``. ``knobs`` are the variant knobs (:data:`node.core.variants.KNOBS`,
+        defaults for those missing) the variant reads; ``VariantSpec.router_options()`` builds all of these.
 
         Raises KeyError for an unknown variant name.
         """
@@ -94,7 +97,12 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         self.adversary: Adversary | None = None  # drops received frames by kind (chaos tests; node --adversary)
         self.fast_forwards = 0  # transit frames forwarded from the cache
         self.parent: int | None = None
-        factory = SNEK_VARIANTS[snek] if isinstance(snek, str) else snek
+        variant = VARIANTS[snek] if isinstance(snek, str) else None
+        defaults = {k: (variant.default(k) if variant else knob.default) for k, knob in KNOBS.items()}
+        self.knobs: dict[str, Any] = defaults | dict(knobs or {})
+        factory = variant.factory if variant is not None else snek
+        #: the variant's registry name ("custom" for a factory given directly)
+        self.variant = variant.name if variant is not None else "custom"
         self.snek: SnekStrategy = factory(self, now)
         self._snek_types = self.snek.frame_types
         self._reset(now)
@@ -330,4 +338,6 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
                 if q.up
             ],
             "routing_table_size": len(self.snek.table),
+            "variant": self.variant,
+            "knobs": dict(self.knobs),
         }

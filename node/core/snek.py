@@ -46,9 +46,14 @@ class Entry:
     last_seen: float
     root: Root
     seq: int  # watermark = (key, seq)
+    ttl: float = EXPIRY_S  # lifetime without a refresh (the entry_expiry knob)
 
     def valid(self, now: float) -> bool:
-        return now - self.last_seen < EXPIRY_S
+        return now - self.last_seen < self.ttl
+
+    @property
+    def expires_at(self) -> float:
+        return self.last_seen + self.ttl
 
     @property
     def watermark(self) -> Watermark:
@@ -97,25 +102,26 @@ class RoutingTable:
         self.next_expiry = 0.0
 
     def expire(self, now: float) -> int:
-        """Delete entries 10 s old or more (§6.7 step 2). Cheap when nothing can have expired.
+        """Delete expired entries (§6.7 step 2: 10 s old or more, or their ``ttl``). Cheap when nothing
+        can have expired.
 
-        ``next_expiry`` is a lower bound on when the oldest entry expires: installs
-        and refreshes only ever make entries younger, so nothing expires before it.
+        ``next_expiry`` is a lower bound on when the first entry expires: installs and refreshes only ever
+        make entries younger (a variant installs with one ttl), so nothing expires before it.
         """
         if now < self.next_expiry:
             return 0
-        oldest = now
+        first = float("inf")
         doomed = []
         for k, e in self._entries.items():
-            if now - e.last_seen >= EXPIRY_S:
+            if now - e.last_seen >= e.ttl:
                 doomed.append(k)
-            elif e.last_seen < oldest:
-                oldest = e.last_seen
+            elif e.last_seen + e.ttl < first:
+                first = e.last_seen + e.ttl
         for k in doomed:
             del self._entries[k]
         if doomed:
             self.keys = sorted(self._entries)
-        self.next_expiry = oldest + EXPIRY_S
+        self.next_expiry = first if first != float("inf") else now
         return len(doomed)
 
 
@@ -164,8 +170,12 @@ class SnekView:
         peers: dict[int, PeerState],
         table: RoutingTable,
         now: float,
+        only_root: Root | None = None,
     ) -> NextHop:
-        """§6.3, indexed. Same inputs and result as :func:`next_hop_reference`."""
+        """§6.3, indexed. Same inputs and result as :func:`next_hop_reference`.
+
+        With ``only_root`` (the ``root_filter`` knob), step 6 skips entries installed under another root.
+        """
         if not bootstrap and dest == own:
             return NextHop(LOCAL_PORT, wm)
         if self.dirty:
@@ -202,7 +212,7 @@ class SnekView:
         get = table._entries.get  # the dict's own C-level get: this loop is the hot path
         if not bootstrap and best_key != dest:
             e = get(dest)
-            if e is not None and not _usable(e, wkey, wseq, peers, now):
+            if e is not None and (not _usable(e, wkey, wseq, peers, now) or (only_root is not None and e.root != only_root)):
                 e = None
         if e is None:
             keys = table.keys
@@ -213,7 +223,7 @@ class SnekView:
                 if k >= best_key or k > wkey:
                     break
                 cand = get(k)
-                if _usable(cand, wkey, wseq, peers, now):
+                if _usable(cand, wkey, wseq, peers, now) and (only_root is None or cand.root == only_root):
                     e = cand
                     break
                 i += 1
@@ -234,7 +244,7 @@ class SnekView:
 def _usable(e: Entry, wkey: bytes, wseq: int, peers: dict[int, PeerState], now: float) -> bool:
     """Step 6's filter: source up, entry valid, its watermark (key, seq) not worse than (wkey, wseq) (§4.8)."""
     src = peers.get(e.source)
-    if src is None or not src.up or now - e.last_seen >= EXPIRY_S:
+    if src is None or not src.up or now - e.last_seen >= e.ttl:
         return False
     k = e.key
     if k != wkey:
@@ -253,6 +263,7 @@ def next_hop_reference(
     peers: dict[int, PeerState],
     table: RoutingTable,
     now: float,
+    only_root: Root | None = None,
 ) -> NextHop:
     """§6.3 step by step, scanning everything. The oracle for the indexed version."""
     if not bootstrap and dest == own:  # 1
@@ -282,6 +293,8 @@ def next_hop_reference(
             take(best["key"], 0, port)
     for e in table:  # 6
         if e.source not in up or not e.valid(now) or e.watermark.worse_than(wm):
+            continue
+        if only_root is not None and e.root != only_root:
             continue
         offer(e.key, e.seq, e.source)
     bp = up.get(best["port"])  # 7

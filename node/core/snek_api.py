@@ -1,7 +1,7 @@
 """The seam between the router and a SNEK variant (PROTOCOL.md §6, §7).
 
 The router picks one :class:`SnekStrategy` at construction (``Router(..., snek="snek")``, see
-:data:`node.core.router.SNEK_VARIANTS`) and never asks which one it got. A variant owns its routing
+:data:`node.core.variants.VARIANTS`) and never asks which one it got. A variant owns its routing
 state and the frame types of its own messages (the reference: Bootstrap, type 2; the older variant of
 §7: types 0xE0-0xE3, and it drops type 2); the tree (§5), Traffic forwarding (§6.5) and broadcasts (§6.8)
 stay in the router and ask the variant only for :meth:`SnekStrategy.next_hop`.
@@ -21,7 +21,7 @@ from .snek import NextHop
 from .state import PeerState, Send, Timers
 from .types import Frame, Root, Watermark
 
-__all__ = ["RouteEntry", "SnekFactory", "SnekHost", "SnekStrategy"]
+__all__ = ["RouteEntry", "SnekFactory", "SnekHost", "SnekStrategy", "descending_moved"]
 
 
 class SnekHost(Protocol):
@@ -36,9 +36,26 @@ class SnekHost(Protocol):
     counters: Counter[tuple]
     detail_events: bool
     max_routes: int
+    #: every knob of node.core.variants.KNOBS by name (defaults filled in); a variant reads those it honours
+    knobs: dict[str, Any]
 
     @property
-    def root(self) -> Root: ...
+    def root(self) -> Root:
+        """Our current root (§5.1): the parent's stored announcement's root, else ``(own key, own_seq)``."""
+
+    @property
+    def coords(self) -> tuple[int, ...]:
+        """Our own coordinates (§5.7): the ports of the parent's stored announcement, ``()`` for a root.
+
+        The older variant (§7) puts them in its Bootstrap and Bootstrap ACK.
+        """
+
+    def tree_next_hop(self, dest: tuple[int, ...], from_port: int) -> int | None:
+        """§5.8 tree routing for a frame that arrived on ``from_port`` (LOCAL_PORT if we originate it): a
+        remote port strictly closer to ``dest``, LOCAL_PORT when ``dest`` is our own coordinates, or None.
+
+        The older variant (§7) tree-routes its Bootstrap ACKs and Path setups with it.
+        """
 
     def wall_ms(self, now: float) -> int: ...
 
@@ -50,6 +67,13 @@ class RouteEntry(Protocol):
 
     key: bytes
     last_seen: float
+
+    def valid(self, now: float) -> bool:
+        """Not yet expired at ``now`` (a route the next hop may use)."""
+
+    @property
+    def expires_at(self) -> float:
+        """When it expires without a refresh."""
 
 
 class SnekTable(Sized, Iterable[Any], Protocol):
@@ -93,3 +117,13 @@ class SnekStrategy(Protocol):
 
 
 SnekFactory = Callable[[SnekHost, float], SnekStrategy]
+
+
+def descending_moved(host: SnekHost, prev: RouteEntry | None, entry: RouteEntry | None) -> bool:
+    """Log ``descending_changed`` when the descending key was set, cleared or changed (the observers rebuild
+    the snake from these events); True when it did. Every variant reports its descending entry this way."""
+    if entry is None or prev is None or prev.key != entry.key:
+        host.emit("descending_changed", descending=entry.key.hex() if entry else None,
+                  prev=prev.key.hex() if prev else None)  # fmt: skip
+        return True
+    return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import wire
 from .errors import ProtocolError
 from .snek import EXPIRY_S, Entry, NextHop, RoutingTable, SnekView
-from .snek_api import SnekHost
+from .snek_api import SnekHost, descending_moved
 from .state import with_watermark
 from .types import INITIAL_WATERMARK, Frame, FrameType, Root, Watermark
 
@@ -27,6 +27,9 @@ class SnekReference:
         self.reset(now)
 
     def reset(self, now: float) -> None:
+        knobs = self.host.knobs
+        self.expiry_s = float(knobs.get("entry_expiry", EXPIRY_S))
+        self.root_filter = bool(knobs.get("root_filter", False))
         self.table = RoutingTable()
         self.view = SnekView()
         self.descending: Entry | None = None
@@ -36,7 +39,9 @@ class SnekReference:
 
     def next_hop(self, dest: bytes, bootstrap: bool, wm: Watermark, now: float) -> NextHop:
         h = self.host
-        return self.view.next_hop(h.key, dest, bootstrap, wm, h.parent, h.root.key, h.peers, self.table, now)
+        root = h.root
+        only = root if self.root_filter else None
+        return self.view.next_hop(h.key, dest, bootstrap, wm, h.parent, root.key, h.peers, self.table, now, only)
 
     def peers_changed(self) -> None:
         self.view.dirty = True
@@ -50,7 +55,7 @@ class SnekReference:
         self.last_bootstrap = now - self.host.t.bootstrap_interval_s
 
     def routes_valid_until(self) -> float:
-        return min((e.last_seen for e in self.table), default=float("inf")) + EXPIRY_S
+        return min((e.last_seen for e in self.table), default=float("inf")) + self.expiry_s
 
     def next_deadline(self) -> float:
         return float("inf")  # the maintenance tick is all it needs
@@ -69,7 +74,8 @@ class SnekReference:
         h = self.host
         root = h.root  # once per frame: both the next hop and §6.4 need it
         nh = self.view.next_hop(
-            h.key, frame.destination_key, True, frame.watermark, h.parent, root.key, h.peers, self.table, now
+            h.key, frame.destination_key, True, frame.watermark, h.parent, root.key, h.peers, self.table, now,
+            root if self.root_filter else None,
         )
         reason = self._install_route(frame, port, nh.port, now, root)
         if reason is not None:
@@ -119,13 +125,8 @@ class SnekReference:
     def _set_descending(self, entry: Entry | None, now: float) -> None:
         prev = self.descending
         self.descending = entry
-        if entry is None or prev is None or prev.key != entry.key:
+        if descending_moved(self.host, prev, entry):
             self.bootstrap_soon(now)
-            self.host.emit(
-                "descending_changed",
-                descending=entry.key.hex() if entry else None,
-                prev=prev.key.hex() if prev else None,
-            )
 
     def _install_route(self, frame: Frame, from_port: int, to_port: int, now: float, root: Root) -> str | None:
         """§6.4. Returns None when accepted, else the rejection reason."""
@@ -143,7 +144,7 @@ class SnekReference:
             return "replay"
         if old is None and len(self.table) >= self.host.max_routes:
             return "table_full"  # bounded memory: validly signed bootstraps from made-up keys cannot grow it
-        entry = Entry(origin, from_port, to_port, now, root, p.seq)
+        entry = Entry(origin, from_port, to_port, now, root, p.seq, self.expiry_s)
         self.table.install(entry)
         key = self.host.key
         if origin < key:

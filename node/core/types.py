@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 __all__ = [
     "FrameType",
+    "LegacyFrameType",
     "LinkType",
     "Frame",
     "Root",
@@ -20,6 +21,9 @@ __all__ = [
     "SigHop",
     "Announcement",
     "SignedRootPayload",
+    "LegacyBootstrapPayload",
+    "LegacyPathPayload",
+    "LEGACY_PATH_ID_LEN",
     "FULL_MASK",
     "INITIAL_WATERMARK",
     "KEY_LEN",
@@ -38,6 +42,7 @@ MAX_FRAME_LEN = 65_535
 MAX_HOP_LIMIT = 10  # initial hop limit of traffic (§4.9)
 BROADCAST_HOP_LIMIT = 5  # NetworkHorizonDistance (§4.9, §6.8)
 LOCAL_PORT = 0  # port 0 is the local router (the application)
+LEGACY_PATH_ID_LEN = 8  # §7.4: path IDs of the older SNEK variant
 
 FULL_MASK = b"\xff" * KEY_LEN
 
@@ -48,6 +53,16 @@ class FrameType(IntEnum):
     BOOTSTRAP = 2
     TRAFFIC = 3
     WAKEUP_BROADCAST = 4
+
+
+class LegacyFrameType(IntEnum):
+    """The older SNEK variant's messages (§7.4, experimental): a block of their own, disjoint from
+    :class:`FrameType`, which a reference node drops as unknown (§4.3)."""
+
+    LEGACY_BOOTSTRAP = 0xE0
+    LEGACY_BOOTSTRAP_ACK = 0xE1
+    LEGACY_SETUP = 0xE2
+    LEGACY_TEARDOWN = 0xE3
 
 
 class LinkType(IntEnum):
@@ -98,6 +113,13 @@ class Frame:
         ``source_key``, ``watermark`` (on the wire only when the destination
         coordinates are empty), ``payload``.
       * WakeupBroadcast: ``source_key``, ``payload`` (§4.7).
+      * LegacyBootstrap (§7.4): ``destination_key`` (the path key: the bootstrapping node),
+        ``source_coords``, ``payload`` = :class:`LegacyBootstrapPayload`.
+      * LegacyBootstrapACK: ``destination_coords``, ``source_coords``, ``destination_key`` (the path key),
+        ``source_key`` (the acker), ``payload`` = :class:`LegacyPathPayload`.
+      * LegacySetup: ``destination_coords``, ``destination_key`` (the acker), ``source_key`` (the
+        bootstrapper), ``payload`` = :class:`LegacyPathPayload`.
+      * LegacyTeardown: ``destination_key`` (the path key), ``payload`` = the 8-byte path ID.
       * Unknown types: ``payload`` = the raw body after the header.
     """
 
@@ -145,3 +167,32 @@ class SignedRootPayload:
     root_key: bytes
     root_seq: int
     signature: bytes = field(default=b"\x00" * SIG_LEN)
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyBootstrapPayload:
+    """The payload of a LegacyBootstrap (§7.4): path ID, the sender's root, the source signature (§7.2)."""
+
+    path_id: bytes
+    root_key: bytes
+    root_seq: int
+    source_sig: bytes = field(default=b"\x00" * SIG_LEN)
+
+    @property
+    def root(self) -> Root:
+        return Root(self.root_key, self.root_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyPathPayload:
+    """The payload of a LegacyBootstrapACK and of a LegacySetup (§7.4): path ID, root, both signatures."""
+
+    path_id: bytes
+    root_key: bytes
+    root_seq: int
+    source_sig: bytes = field(default=b"\x00" * SIG_LEN)
+    dest_sig: bytes = field(default=b"\x00" * SIG_LEN)
+
+    @property
+    def root(self) -> Root:
+        return Root(self.root_key, self.root_seq)

@@ -1,4 +1,4 @@
-"""Byte-exact Pinecone wire codec (PROTOCOL.md §3.2, §4, §8): protocol types <-> bytes, plus FrameDecoder.
+"""Byte-exact Pinecone wire codec (PROTOCOL.md §3.2, §4, §7.4, §8): protocol types <-> bytes, plus FrameDecoder.
 
 No I/O, no clocks. Decoders raise only ``ProtocolError`` subclasses (``MalformedFrame``, ``HandshakeRejected``,
 ``BadSignature``) on bad input; any other exception is a bug. Encoders raise ``ValueError`` for values that
@@ -7,6 +7,11 @@ cannot be encoded (a caller bug): a 31-byte key, a frame over 65 535 bytes (§4.
 Decisions where the spec leaves room:
   * A Keepalive with a body decodes fine and the body is ignored (the reference does not check it).
   * An unknown type decodes to ``Frame(type=t, hop_limit, payload=body)``; the router drops it (§4.3).
+  * The older variant's types 0xE0-0xE3 (§7.4) are known types: their envelope (plen, keys, coordinates) is
+    checked like the others', and their payloads are left to :mod:`node.core.payloads` (as for a bootstrap,
+    whose malformed payload is dropped, not a disconnect). Every node decodes them, whatever its variant:
+    a garbled one costs even a reference-variant node the peer, where §4.3 would drop an unknown type
+    silently. Only a broken or hostile peer can send one, since variants never peer (§7.4 capabilities).
   * Header version and extra bytes are ignored on receipt. The hop limit is decoded for every type and
     encoded as given (callers leave it 0 where §4.9 says "sent as 0").
   * Varu64s are strict (<= 10 bytes, < 2**64). Only root announcements reject non-minimal encodings (§4.1):
@@ -46,12 +51,20 @@ from node.core.payloads import (
     decode_announcement,
     decode_handshake,
     decode_ping,
+    decode_legacy_bootstrap_payload,
+    decode_legacy_path_payload,
+    decode_legacy_teardown_payload,
     decode_signed_root_payload,
     encode_announcement,
     encode_handshake,
+    encode_legacy_bootstrap_payload,
+    encode_legacy_path_payload,
+    encode_legacy_teardown_payload,
     encode_ping,
     encode_signed_root_payload,
     increment_ping_hops,
+    legacy_dest_signed_bytes,
+    legacy_source_signed_bytes,
     make_signed_root_payload,
     sign_announcement_for_port,
     signed_root,
@@ -67,6 +80,7 @@ from node.core.types import (
     MAX_FRAME_LEN,
     Frame,
     FrameType,
+    LegacyFrameType,
     Watermark,
 )
 
@@ -80,11 +94,19 @@ __all__ = [
     "encode_signed_root_payload", "decode_signed_root_payload", "signed_root_protected_bytes",
     "make_signed_root_payload", "verify_signed_root_payload", "signed_root",
     "encode_handshake", "decode_handshake", "encode_ping", "decode_ping", "increment_ping_hops",
+    "legacy_source_signed_bytes", "legacy_dest_signed_bytes",
+    "encode_legacy_bootstrap_payload", "decode_legacy_bootstrap_payload",
+    "encode_legacy_path_payload", "decode_legacy_path_payload",
+    "encode_legacy_teardown_payload", "decode_legacy_teardown_payload",
 ]  # fmt: skip
 
 _KEEPALIVE, _TREE, _BOOTSTRAP, _TRAFFIC, _BROADCAST = 0, 1, 2, 3, 4
 _TYPES = tuple(FrameType)  # index by type byte for the known types
 _NAMES = ("keepalive", "tree announcement", "bootstrap", "traffic", "wakeup broadcast")
+_L_BOOT, _L_ACK, _L_SETUP, _L_TEARDOWN = (int(t) for t in LegacyFrameType)  # §7.4: 0xE0-0xE3
+_LEGACY_TYPES = tuple(LegacyFrameType)
+_LEGACY_NAMES = {_L_BOOT: "legacy bootstrap", _L_ACK: "legacy bootstrap ACK", _L_SETUP: "legacy setup",
+                 _L_TEARDOWN: "legacy teardown"}  # fmt: skip
 
 _HDR = struct.Struct(">4sBBBBH")  # magic, version, type, extra, hop limit, total length
 _HDR_PLEN = struct.Struct(">4sBBBBHH")  # ... plus the u16 payload length every known body starts with
@@ -93,7 +115,9 @@ _KEEPALIVE_FRAME = _HDR.pack(FRAME_MAGIC, FRAME_VERSION, _KEEPALIVE, 0, 0, HEADE
 
 
 def _tname(t: int) -> str:
-    return _NAMES[t] if isinstance(t, int) and 0 <= t < len(_NAMES) else f"type-{t!r}"
+    if isinstance(t, int) and 0 <= t < len(_NAMES):
+        return _NAMES[t]
+    return _LEGACY_NAMES.get(t, f"type-{t!r}")
 
 
 # ------------------------------------------------------------- frames (§4.3/4.4)
@@ -138,6 +162,10 @@ def encode_frame(frame: Frame) -> bytes:
         elif t == _KEEPALIVE:
             hop = frame.hop_limit
             return _HDR.pack(FRAME_MAGIC, FRAME_VERSION, t, 0, hop, HEADER_LEN) if hop else _KEEPALIVE_FRAME
+        elif _L_BOOT <= t <= _L_TEARDOWN:
+            payload = frame.payload
+            parts = _legacy_fields(frame, t) + (payload,)
+            total = 12 + sum(len(p) for p in parts)
         else:  # unknown type: the payload is the raw body
             payload, total = frame.payload, HEADER_LEN + len(frame.payload)
             if total <= MAX_FRAME_LEN:
@@ -148,6 +176,20 @@ def encode_frame(frame: Frame) -> bytes:
         return b"".join((header, *parts))
     except struct.error as exc:
         raise ValueError(f"cannot encode {_tname(t)} frame: {exc}") from None
+
+
+def _legacy_fields(frame: Frame, t: int) -> tuple[bytes, ...]:
+    """The addressing fields of a §7.4 frame, between ``plen`` and the payload, in wire order."""
+    name = _LEGACY_NAMES[t]
+    if t == _L_BOOT:
+        return (check_key(frame.destination_key, f"{name} path key"), encode_coords(frame.source_coords))
+    if t == _L_TEARDOWN:
+        return (check_key(frame.destination_key, f"{name} path key"),)
+    keys = (check_key(frame.destination_key, f"{name} destination key"),
+            check_key(frame.source_key, f"{name} source key"))  # fmt: skip
+    if t == _L_ACK:
+        return (encode_coords(frame.destination_coords), encode_coords(frame.source_coords), *keys)
+    return (encode_coords(frame.destination_coords), *keys)
 
 
 def decode_frame(data: bytes | memoryview) -> Frame:
@@ -183,7 +225,7 @@ def _short_length(length: int) -> MalformedFrame:
 
 def _check_payload(plen: int, i: int, n: int, t: int) -> None:
     if n - i != plen:
-        detail = f"{_NAMES[t]} payload length field says {plen} but {n - i} bytes remain"
+        detail = f"{_tname(t)} payload length field says {plen} but {n - i} bytes remain"
         raise MalformedFrame("bad_payload_length", detail, offset=10, frame_type=t)
 
 
@@ -210,6 +252,8 @@ if " ".join(f.name for f in fields(Frame)) != _FRAME_FIELDS or hasattr(Frame, "_
 def _decode_body(data: bytes, t: int, hop_limit: int, n: int) -> Frame:
     """Parse the body of a frame whose header is already checked (``len(data) == n``)."""
     if t > _BROADCAST:
+        if _L_BOOT <= t <= _L_TEARDOWN:
+            return _decode_legacy_body(data, t, hop_limit, n)
         return _frame(t, hop_limit, b"", b"", (), (), INITIAL_WATERMARK, data[HEADER_LEN:])
     if t == _KEEPALIVE:
         # A keepalive body is ignored, as the reference does.
@@ -245,6 +289,36 @@ def _decode_body(data: bytes, t: int, hop_limit: int, n: int) -> Frame:
         raise MalformedFrame("truncated", "wakeup broadcast frame ends inside its source key", offset=n, frame_type=t)
     _check_payload(plen, 12 + KEY_LEN, n, t)
     return _frame(_TYPES[t], hop_limit, b"", data[12 : 12 + KEY_LEN], (), (), INITIAL_WATERMARK, data[12 + KEY_LEN :])
+
+
+def _decode_legacy_body(data: bytes, t: int, hop_limit: int, n: int) -> Frame:
+    """§7.4: the body of a LegacyBootstrap / BootstrapACK / Setup / Teardown (header already checked)."""
+    name = _LEGACY_NAMES[t]
+    if n < 12:
+        raise MalformedFrame("truncated", f"{name} frame ends before its payload length", offset=n, frame_type=t)
+    plen = (data[10] << 8) | data[11]
+    dk = sk = b""
+    dc: _Coords = ()
+    sc: _Coords = ()
+    i = 12
+    if t == _L_BOOT or t == _L_TEARDOWN:
+        if n - i < KEY_LEN:
+            raise MalformedFrame("truncated", f"{name} frame ends inside its path key", offset=n, frame_type=t)
+        dk = data[i : i + KEY_LEN]
+        i += KEY_LEN
+        if t == _L_BOOT:
+            sc, i = read_coords(data, i, n, f"{name} source coordinates", t)
+    else:
+        dc, i = read_coords(data, i, n, f"{name} destination coordinates", t)
+        if t == _L_ACK:
+            sc, i = read_coords(data, i, n, f"{name} source coordinates", t)
+        if n - i < 2 * KEY_LEN:
+            raise MalformedFrame("truncated", f"{name} frame ends inside its keys", offset=n, frame_type=t)
+        dk = data[i : i + KEY_LEN]
+        sk = data[i + KEY_LEN : i + 2 * KEY_LEN]
+        i += 2 * KEY_LEN
+    _check_payload(plen, i, n, t)
+    return _frame(_LEGACY_TYPES[t - _L_BOOT], hop_limit, dk, sk, dc, sc, INITIAL_WATERMARK, data[i:])
 
 
 def _read_watermark(data: bytes, i: int, n: int, t: int) -> tuple[Watermark, int]:

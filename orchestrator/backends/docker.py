@@ -212,6 +212,8 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
                 "--metrics", f"0.0.0.0:{NODE_METRICS_PORT}", "--key-seed", seed_bytes.hex(),
                 "--events", f"{NODE_EVENTS_DIR}/{spec.name}.jsonl", "--run-id", run_id, "--name", spec.name,
                 "--shaping-seed", str(shaping_seed), "--backoff-max-s", str(REDIAL_MAX_S)]
+        if spec.variant is not None or spec.knobs:
+            args += ["--variant", str(spec.variant_spec())]
         links = plan.links_of(spec.name)
         for ln in links:
             shape = _link_shape(topology, ln.index, ln.link_class)

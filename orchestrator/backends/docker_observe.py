@@ -221,7 +221,8 @@ def wait_converged(admin: AdminClient, live_graph: Callable[[], nx.Graph], *, t0
         time.sleep(max(0.0, poll_s - (time.monotonic() - now_before)))
 
 
-def reconvergence_bound_s(graph: nx.Graph, timers: Timers | None = None, *, margin_s: float = ROOT_KILL_MARGIN_S) -> float:
+def reconvergence_bound_s(graph: nx.Graph, timers: Timers | None = None, *, margin_s: float = ROOT_KILL_MARGIN_S,
+                          expiry_s: float = EXPIRY_S) -> float:  # fmt: skip
     """How long re-convergence after killing the root may take, from the protocol timers.
 
     Derivation (PROTOCOL.md §3.7, §5.6, §6.2, §6.7, §9):
@@ -234,11 +235,12 @@ def reconvergence_bound_s(graph: nx.Graph, timers: Timers | None = None, *, marg
       the next maintenance tick (1 s) because its root changed, and new entries
       need bootstraps, sent every 5-6 s: allow 3 bootstrap intervals (one may be
       lost on a lossy link, one may race the last tree change);
-    * entries that still point through the dead node expire after 10 s;
+    * entries that still point through the dead node expire after ``expiry_s`` (10 s; the ``entry_expiry``
+      knob; the bootstrap interval is ``timers``', the ``bootstrap_interval`` knob);
     * plus ``margin_s`` for scheduling on a loaded host and the poll interval.
     """
     t = timers or Timers()
     diameter = max((nx.diameter(graph.subgraph(c)) for c in nx.connected_components(graph) if len(c) > 1), default=0)
     tree = PEER_TIMEOUT_S + diameter * (t.reparent_hold_s + HOP_SLACK_S)
-    snake = t.maintain_interval_s + 3 * (t.bootstrap_interval_s + t.maintain_interval_s) + EXPIRY_S
+    snake = t.maintain_interval_s + 3 * (t.bootstrap_interval_s + t.maintain_interval_s) + expiry_s
     return round(tree + snake + margin_s, 1)

@@ -310,10 +310,15 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                ) -> tuple[DockerSession, UpResult, Convergence]:
     shaping_backend, why = shaping
 
+    variants = {name: str(v) for name, v in topology.variants().items()}
+    run_variant = Counter(variants.values()).most_common(1)[0][0] if variants else "snek"
+
     def on_plan(plan: AddressPlan, launches: dict[str, NodeLaunch]) -> None:
         run.write_json("docker.json", plan.to_dict())
+        others = {n: v for n, v in sorted(variants.items()) if v != run_variant}
         run.write_json("meta.json", {
-            "run_id": run.run_id, "backend": "docker", "variant": "snek", "topology": topology.name,
+            "run_id": run.run_id, "backend": "docker", "variant": run_variant, "topology": topology.name,
+            **({"variants": others} if others else {}),
             "seed": seed if isinstance(seed, int) else None, "clock": "real", "link_delay_ms": None,
             "nodes": {name: la.key for name, la in launches.items()},
             "links": [{"a": ln.a, "b": ln.b, "class": ln.link_class, "index": ln.index, "subnet": ln.net.subnet,

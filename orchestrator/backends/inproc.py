@@ -26,6 +26,7 @@ from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
 from node.core.router import MAX_PORTS, Encoded, Router, Timers
 from node.core.types import Frame, LinkType
+from node.core.variants import VariantSpec
 
 __all__ = ["InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
 
@@ -59,6 +60,7 @@ class LinkEnd:
 class SimNode:
     name: str
     router: Router
+    spec: VariantSpec = field(default_factory=VariantSpec)  # the protocol variant and knobs it runs
     alive: bool = True
     timer_at: float = math.inf
     ends: dict[int, LinkEnd] = field(default_factory=dict)  # local port -> outgoing end
@@ -90,8 +92,17 @@ class InprocNetwork:
         detail_events: bool = False,
         timers: Timers | None = None,
         start: float = 0.0,
+        variant: VariantSpec | None = None,
+        variants: dict[str, VariantSpec] | None = None,
     ) -> None:
+        """``variant`` is every node's protocol variant and knobs (default: plain ``snek``), ``variants``
+        overrides it per node name. Nodes whose variants cannot peer (different handshake capabilities,
+        §7.4) are never linked: :meth:`connect` refuses them as a real handshake would."""
         self.seed = seed
+        self.variant = variant or VariantSpec()
+        self.variants = dict(variants or {})
+        #: handshakes refused per node and reason (a TCP node counts these in snek_handshake_failures_total)
+        self.handshake_failures: dict[str, dict[str, int]] = {}
         self.rng = random.Random(seed)
         self.link_delay_s = link_delay_ms / 1000.0
         self.wire_bytes = wire_bytes
@@ -112,13 +123,22 @@ class InprocNetwork:
         key_seeds = key_seeds or {}
         for name in nodes:
             ident = Identity(key_seeds.get(name) or derive_seed(seed, name))
-            r = Router(ident, start, timers=timers, detail_events=detail_events)
-            self.nodes[name] = SimNode(name, r)
+            self.nodes[name] = self.make_node(name, ident, start)
         self._pending_links = list(links)
         #: Topology links :meth:`start` could not make, with why (``ports_full``: a router has 253 ports).
         self.links_refused: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ building
+
+    def spec_of(self, name: str) -> VariantSpec:
+        return self.variants.get(name, self.variant)
+
+    def make_node(self, name: str, ident: Identity, now: float, spec: VariantSpec | None = None) -> SimNode:
+        """A node running ``spec`` (default: the network's variant for ``name``), not yet in :attr:`nodes`."""
+        spec = spec or self.spec_of(name)
+        self.variants[name] = spec
+        r = Router(ident, now, detail_events=self.detail_events, **spec.router_options(self.timers))
+        return SimNode(name, r, spec)
 
     def start(self) -> None:
         """Bring every node up and connect every link at the current time."""
@@ -137,6 +157,9 @@ class InprocNetwork:
         if not (na.alive and nb.alive):
             return {"a": a, "b": b, "class": link_class, "reason": "node_down",
                     "nodes": [n.name for n in (na, nb) if not n.alive]}
+        why = na.spec.peering_refusal(nb.spec)
+        if why is not None:
+            return {"a": a, "b": b, "class": link_class, "reason": "bad_capabilities", "nodes": [a, b], "detail": why}
         full = [n.name for n in (na, nb) if len(n.router.peers) >= MAX_PORTS]
         return {"a": a, "b": b, "class": link_class, "reason": "ports_full", "nodes": full}
 
@@ -171,6 +194,14 @@ class InprocNetwork:
         """
         na, nb = self.nodes[a], self.nodes[b]
         if not (na.alive and nb.alive):
+            return None
+        if na.spec.peering_refusal(nb.spec) is not None:
+            for n in (na, nb):
+                counts = self.handshake_failures.setdefault(n.name, {})
+                counts["bad_capabilities"] = counts.get("bad_capabilities", 0) + 1
+                if self.on_event is not None:
+                    other = nb if n is na else na
+                    self.on_event(n, "handshake_failed", {"reason": "bad_capabilities", "remote": other.name}, self.now)
             return None
         lt = link_type if link_type is not None else LINK_TYPES.get(link_class, int(LinkType.REMOTE))
         pa = na.router.add_peer(nb.key, lt, self.now)

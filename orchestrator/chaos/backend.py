@@ -14,6 +14,8 @@ from typing import Protocol
 import networkx as nx
 import trio
 
+from node.core.variants import VariantSpec
+
 from .checker import NodeState, PingOutcome
 
 __all__ = ["ChaosBackend", "Converged", "TrafficSample"]
@@ -106,7 +108,10 @@ class ChaosBackend(Protocol):
         """The node leaves for good; False when it was not there (a no-op, as in the reference)."""
         ...
 
-    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None: ...
+    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool,
+                       variant: VariantSpec | None = None) -> None:
+        """``name`` joins, linked to ``peers``, running ``variant`` (default: the run's)."""
+        ...
 
     async def link_down(self, a: str, b: str) -> bool:
         """False when there was no such link (a no-op)."""

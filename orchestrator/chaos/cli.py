@@ -18,6 +18,8 @@ import click
 import trio
 import trio.testing
 
+from node.core.variants import VariantError, VariantSpec
+
 from ..runs import create_run, new_run_id, runs_root
 from ..topology import Topology, TopologyError
 from ..topology_loaders import load_topology
@@ -64,7 +66,9 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
     doc = topology.to_record() if topology is not None else {"name": scenario.name[:64] or "sequence", "nodes": [],
                                                               "links": []}  # fmt: skip
     have = {n["name"] for n in doc["nodes"]}
-    doc["nodes"] = doc["nodes"] + [{"name": n} for n in nodes if n not in have]
+    joins = scenario.join_variants()
+    doc["nodes"] = doc["nodes"] + [{"name": n, **({"variant": joins[n]} if n in joins else {})}
+                                   for n in nodes if n not in have]  # fmt: skip
     pairs = {frozenset((ln["a"], ln["b"])) for ln in doc["links"]}
     for a, b, cls in links:
         if frozenset((a, b)) not in pairs:
@@ -74,14 +78,14 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
 
 
 def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: Path | None, runs_dir: Path | None,
-                    image: str | None, keep: bool) -> Any:  # fmt: skip
+                    image: str | None, keep: bool, variant: VariantSpec) -> Any:  # fmt: skip
     import docker  # the Docker SDK: an optional extra, loaded only for --backend docker
 
     from ..backends.docker import DockerBackend
     from ..image import build_node_image
     from .docker_backend import DockerChaos
 
-    full = full_topology(topology, sc)
+    full = full_topology(topology, sc).with_variant(variant)
     if not full.links:
         raise click.UsageError(f"scenario {sc.name}: nothing to run on Docker (no links)")
     backend = DockerBackend(docker.from_env())
@@ -114,12 +118,21 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
 @click.option("--keep", is_flag=True, help="--backend docker: leave the containers up at the end (`snekbed down`)")
 @click.option("--write-scenario", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="with --random: write the generated schedule as a scenario file that replays it")
+@click.option("--variant", "variant_text", default="snek", show_default=True, metavar="NAME[,KNOB=VALUE...]",
+              help="every node's protocol variant (snek, snek-s0, legacy; docs/variants.md) unless the topology or "
+                   "a join step names another")
+@click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE", help="a variant knob for every node; repeatable")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
-          write_scenario: Path | None, as_json: bool, list_only: bool) -> None:
+          write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], as_json: bool,
+          list_only: bool) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
+    try:
+        variant = VariantSpec.parse(variant_text).with_knobs(knobs)
+    except VariantError as exc:
+        raise click.BadParameter(str(exc), param_hint="--variant/--knob") from None
     if list_only:
         for name, path in sorted(shipped_scenarios().items()):
             sc = load_scenario(path)
@@ -148,7 +161,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
             click.echo(_line(rec))
 
     out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image, keep=keep,
-                  clock=clock, progress=progress)  # fmt: skip
+                  clock=clock, progress=progress, variant=variant)  # fmt: skip
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
@@ -160,18 +173,28 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
 
 def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc", seed: int = 0,
             record: Path | None = None, runs_dir: Path | None = None, image: str | None = None, keep: bool = False,
-            clock: str = "virtual", progress: Any = None) -> dict[str, Any]:  # fmt: skip
-    """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``."""
+            clock: str = "virtual", progress: Any = None, variant: VariantSpec | None = None,
+            ab: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``.
+
+    ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
+    ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
+    """
+    variant = variant or VariantSpec()
     if backend == "docker":
-        chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep)
+        chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant)
         clock_obj = None
         run_dir: str | None = str(chaos_backend.run.path)
     else:
-        chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(), scenario_name=sc.name)
+        chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(), scenario_name=sc.name,
+                                    variant=variant, ab=ab)  # fmt: skip
         clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
         run_dir = str(record) if record is not None else None
     out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, clock=clock_obj)
+    if backend == "docker" and ab is not None:
+        chaos_backend.run.update_meta(ab=ab)
     out["run_dir"] = run_dir
+    out["variant"] = str(variant)
     return out
 
 

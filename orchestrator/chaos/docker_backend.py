@@ -24,6 +24,7 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from typing import Any
 
 import networkx as nx
 import trio
+
+from node.core.router import Timers
+from node.core.variants import VariantSpec
 
 from ..backends.docker import DockerBackend
 from ..backends.docker_net import AddressPlan
@@ -188,7 +192,9 @@ class DockerChaos:
         return Converged(conv.tree_s, conv.snake_s if conv.converged else None, time.monotonic() - since)
 
     def reconvergence_bound_s(self, margin_s: float) -> float:
-        return reconvergence_bound_s(self.live_graph(), margin_s=margin_s)
+        interval, expiry = VariantSpec().slowest(self.topology.variants().values())
+        timers = dataclasses.replace(Timers(), bootstrap_interval_s=interval)
+        return reconvergence_bound_s(self.live_graph(), timers, margin_s=margin_s, expiry_s=expiry)
 
     # ------------------------------------------------------------------ pings
 
@@ -374,7 +380,9 @@ class DockerChaos:
         self.removed.add(name)
         return True
 
-    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None:
+    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool,
+                       variant: VariantSpec | None = None) -> None:  # fmt: skip
+        """Docker created the node up front, with the variant its join step names (full_topology)."""
         if name not in self.topology.node_names:
             raise KeyError(f"node {name!r} was not declared when the run started (Docker needs its address)")
         for p in peers:

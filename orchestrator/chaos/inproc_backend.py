@@ -22,6 +22,7 @@ How faults map here (docs/chaos.md compares them with Docker):
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -36,7 +37,8 @@ import trio
 from contract.links import LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
 from node.core.crypto import Identity, derive_seed
-from node.core.router import Router, Timers
+from node.core.router import Timers
+from node.core.variants import VariantSpec
 
 from ..backends.docker_observe import reconvergence_bound_s
 from ..backends.inproc import _FRAME, InprocNetwork, SimNode
@@ -71,9 +73,13 @@ class InprocChaos:
         declared: tuple[list[str], list[tuple[str, str, str]]] = ([], []),
         scenario_name: str | None = None,
         planted_bug: str | None = None,
+        variant: VariantSpec | None = None,
+        ab: dict[str, Any] | None = None,
     ) -> None:
         """``record``: write a run directory there (run-dataset contract). ``declared``: the nodes and links
-        the scenario's join steps add (Scenario.declared), so the run's topology.json names them."""
+        the scenario's join steps add (Scenario.declared), so the run's topology.json names them.
+        ``variant``: every node's protocol variant and knobs unless its topology entry says otherwise.
+        ``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab``)."""
         self.topology = topology
         self.seed = seed
         #: TEST ONLY: a deliberate defect the tests of the random nemesis must find. "restart_keeps_state":
@@ -84,8 +90,12 @@ class InprocChaos:
         detail_events = detail_events or record is not None
         nodes = topology.node_names if topology is not None else []
         key_seeds = {n.name: n.seed_bytes(seed) for n in topology.nodes if n.key_seed} if topology is not None else {}
+        self.variant = variant or VariantSpec()
+        variants = {n.name: n.variant_spec(self.variant) for n in topology.nodes} if topology is not None else {}
+        self.ab = ab
         self.net = InprocNetwork(nodes, [], seed=seed, link_delay_ms=link_delay_ms, key_seeds=key_seeds,
-                                 detail_events=detail_events, timers=timers)  # fmt: skip
+                                 detail_events=detail_events, timers=timers, variant=self.variant,
+                                 variants=variants)  # fmt: skip
         self.timers = timers
         # every link the run wants: spec index -> (a, b, class, connect options); lid when made
         self.specs: list[tuple[str, str, str, dict[str, Any]]] = []
@@ -126,12 +136,17 @@ class InprocChaos:
         doc["nodes"] = doc["nodes"] + [{"name": n} for n in nodes if n not in {d["name"] for d in doc["nodes"]}]
         doc["links"] = doc["links"] + [{"a": a, "b": b, "class": c} for a, b, c in declared[1]]
         meta = {
-            "run_id": run_id or new_run_id(), "backend": "inproc", "variant": "snek", "topology": name,
+            "run_id": run_id or new_run_id(), "backend": "inproc", "variant": str(self.variant), "topology": name,
             "seed": self.seed, "clock": "virtual", "link_delay_ms": self.net.link_delay_s * 1000,
             "nodes": {n: self._identity(n).public_key.hex() for n in nodes},
             "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in links],
             "versions": versions(), "started_wall_ts": 1_700_000_000.0, "scenario": scenario_name,
         }  # fmt: skip
+        others = {n: str(s) for n, s in sorted(self.net.variants.items()) if s != self.variant}
+        if others:
+            meta["variants"] = others
+        if self.ab is not None:
+            meta["ab"] = dict(self.ab)
         return RunRecorder(root, meta["run_id"], 1_700_000_000.0, meta, doc)
 
     def _identity(self, name: str) -> Identity:
@@ -253,7 +268,9 @@ class InprocChaos:
         return Converged(tr.tree_s, tr.snake_s, self.net.now - since)
 
     def reconvergence_bound_s(self, margin_s: float) -> float:
-        return reconvergence_bound_s(self.live_graph(), self.timers or Timers(), margin_s=margin_s)
+        interval, expiry = self.variant.slowest(self.net.nodes[n].spec for n in self.live_graph())
+        timers = dataclasses.replace(self.timers or Timers(), bootstrap_interval_s=interval)
+        return reconvergence_bound_s(self.live_graph(), timers, margin_s=margin_s, expiry_s=expiry)
 
     # ------------------------------------------------------------------ pings
 
@@ -476,17 +493,18 @@ class InprocChaos:
             self._make(i)
         await self.sleep(0)
 
-    def _revive(self, name: str, ident: Identity) -> None:
+    def _revive(self, name: str, ident: Identity, spec: VariantSpec | None = None) -> None:
+        """``name`` starts afresh with ``ident``, running ``spec`` (default: what it ran before, or the run's)."""
         now = self.net.now
-        r = Router(ident, now, timers=self.net.timers, detail_events=self.net.detail_events)
-        sn = SimNode(name, r)
+        sn = self.net.make_node(name, ident, now, spec)
+        r = sn.router
         self.net.nodes[name] = sn
         self.net.topology_version += 1
         self.removed.discard(name)
         self.tracker.root_changed(name, r.root.key, now)
         self.tracker.descending_changed(name, now)
         if self.recorder is not None:
-            self.recorder.event(name, r.key, "node_started", now, listen=[], variant="snek",
+            self.recorder.event(name, r.key, "node_started", now, listen=[], variant=str(sn.spec),
                                 version=versions()["snekbed"])  # fmt: skip
         self.net._flush(sn)
 
@@ -498,10 +516,11 @@ class InprocChaos:
         self.removed.add(name)
         return True
 
-    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool) -> None:
+    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool,
+                       variant: VariantSpec | None = None) -> None:  # fmt: skip
         if name in self.net.nodes and self.net.nodes[name].alive:
             return
-        self._revive(name, self._identity(name))
+        self._revive(name, self._identity(name), variant)
         for p in peers:
             if p in self.net.nodes and not self._specs_between(name, p):
                 self.specs.append((name, p, link_class, self._class_options(link_class, None)))

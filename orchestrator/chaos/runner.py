@@ -25,6 +25,7 @@ import networkx as nx
 import trio
 
 from node.core.router import Timers
+from node.core.variants import VariantSpec
 from node.core.snek import EXPIRY_S
 
 from .backend import ChaosBackend, Converged, TrafficSample
@@ -316,7 +317,8 @@ class ChaosRun:
             return await self._churn(step)
         if a == "join":
             if step.node is not None:
-                await b.add_node(step.node, step.peers, step.link_class, step.adversary)
+                await b.add_node(step.node, step.peers, step.link_class, step.adversary,
+                                     VariantSpec.parse(step.variant) if step.variant else None)
                 self._act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary})
                 return [step.node], None
             x, y = step.link

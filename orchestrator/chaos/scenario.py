@@ -29,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from node.core.variants import VariantSpec
 from orchestrator.topology import NODE_NAME_RE, Loc, TopologyError, _line_of, _pydantic_message, format_loc
 from orchestrator.topology_loaders import _compose
 
@@ -259,13 +260,21 @@ class Join(_Step):
     link: tuple[str, str] | None = None
     link_class: str = Field("pipe", alias="class")
     adversary: bool = False
+    variant: str | None = Field(None, description="the joining node's protocol variant spec (default: the run's)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("variant")
+    @classmethod
+    def _known_variant(cls, v: str | None) -> str | None:
+        return None if v is None else str(VariantSpec.parse(v))  # VariantError is a ValueError: pydantic reports it
 
     @model_validator(mode="after")
     def _one_way(self) -> Join:
         if (self.node is None) == (self.link is None):
             raise ValueError("give 'node' (with optional 'peers') or 'link' ([a, b])")
+        if self.variant is not None and self.node is None:
+            raise ValueError("'variant' belongs to a joining 'node', not to a 'link'")
         for name in (self.node, *self.peers, *(self.link or ())):
             if name is not None and not NODE_NAME_RE.match(name):
                 raise ValueError(f"{name!r} is not a node name")
@@ -364,6 +373,11 @@ class Scenario(_Model):
             elif st.link is not None:
                 links.append((st.link[0], st.link[1], st.link_class))
         return nodes, links
+
+    def join_variants(self) -> dict[str, str]:
+        """Joining nodes that run their own variant: name -> variant spec text (the last join step wins)."""
+        return {st.node: st.variant for st in self.steps
+                if st.action == "join" and st.node is not None and st.variant is not None}  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as a document ``parse_scenario_yaml`` reads back (defaults left out)."""

@@ -24,14 +24,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import schemas
-from contract.dataset import DISRUPTIVE_ACTIONS
 from pipeline.errors import JobInputError
 
 __all__ = ["EPISODE_ACTIONS", "Action", "plan_episodes", "run_bounds", "episodes"]
 
 #: Actions that open an episode: the contract's disruptive actions, plus ``restart`` (a node
-#: coming back with a fresh state has to converge too).
-EPISODE_ACTIONS = (*DISRUPTIVE_ACTIONS, "restart")
+#: coming back with a fresh state has to converge too). Defined in pipeline.schemas (the A/B tables
+#: have a column per kind).
+EPISODE_ACTIONS = schemas.EPISODE_ACTIONS
 
 
 @dataclass(frozen=True)

@@ -207,6 +207,13 @@ def test_tables_are_parquet_under_out(sim_runs, cli_analysis):
     assert {r["file"] for r in recon} == files and all(r["ok"] for r in recon)
 
 
+def test_runs_without_ab_meta_have_no_ab_output(cli_analysis):
+    out, proc, doc = cli_analysis
+    assert "ab" not in doc and not {"ab_runs", "ab"} & set(doc["tables"])
+    assert not (out / "ab.json").exists() and not list(out.glob("ab_*.png"))
+    assert "A/B" not in (out / "report.md").read_text() and "A/B" not in proc.stderr
+
+
 def test_progress_goes_to_stderr(cli_analysis):
     _, proc, _ = cli_analysis
     for stage in ("discover:", "ingest:", "reconcile:", "analyze:", "report:"):

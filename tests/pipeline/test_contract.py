@@ -24,6 +24,7 @@ VALID = {
     "node_started": dict(listen=[], variant="snek", version="0.1.0"),
     "peer_up": dict(port=1, peer=OTHER, link_class="lan"),
     "peer_down": dict(port=1, peer=OTHER, reason="timeout"),
+    "handshake_failed": dict(reason="bad_capabilities", remote="10.0.0.3:7000"),
     "root_changed": dict(root=OTHER, root_seq=3, prev_root=None),
     "parent_changed": dict(parent=None, prev_parent=OTHER),
     "coords_changed": dict(coords=[1, 2]),

@@ -121,6 +121,73 @@ def test_duplicate_run_ids_are_rejected(tmp_path):
         io.discover_runs([tmp_path / "x"])
 
 
+def _meta_update(run: Path, **fields) -> None:
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(fields)
+    (run / "meta.json").write_text(json.dumps(meta))
+
+
+def _ab(experiment: str = "e", arm: str = "a", seed: int = 0, a: str = "snek", b: str = "snek,root_filter=1") -> dict:
+    return {"experiment": experiment, "arm": arm, "seed": seed, "a": a, "b": b}
+
+
+def test_ab_and_variants_meta_are_read_typed(tmp_path):
+    run = make_run(tmp_path / "r1")
+    _meta_update(run, variant="snek,root_filter=1", variants={"b": "snek"}, ab=_ab(arm="b", seed=4),
+                 observer={"internal_errors": {"a": 2, "b": 1}})
+    [r] = io.discover_runs([run])
+    assert (r.meta.ab.experiment, r.meta.ab.arm, r.meta.ab.seed, r.meta.ab.spec) == ("e", "b", 4, "snek,root_filter=1")
+    assert r.meta.variants == {"b": "snek"}
+    assert io.observed_internal_errors(r.meta.observer) == 3
+    assert io.observed_internal_errors({"internal_errors": 5}) == 5
+    assert io.observed_internal_errors({}) is None and io.observed_internal_errors({"internal_errors": "x"}) is None
+    plain = make_run(tmp_path / "r2", "r2")
+    assert io.discover_runs([plain])[0].meta.ab is None
+
+
+@pytest.mark.parametrize(
+    "fields, what",
+    [
+        ({"ab": _ab(arm="c")}, "field ab.arm"),
+        ({"ab": {"experiment": "e", "arm": "a", "seed": 1}}, "field ab.a"),
+        ({"ab": _ab(experiment="")}, "field ab.experiment"),
+        ({"variants": {"nobody": "snek"}}, "field variants: names unknown node"),
+    ],
+)
+def test_bad_ab_meta_is_rejected_naming_the_field(tmp_path, fields, what):
+    run = make_run(tmp_path / "r1")
+    _meta_update(run, **fields)
+    with pytest.raises(RunDatasetError, match=what) as err:
+        io.discover_runs([run])
+    assert err.value.path.endswith("meta.json")
+
+
+def test_ab_experiments_must_be_consistent(tmp_path):
+    first = make_run(tmp_path / "x" / "r1", "r1")
+    second = make_run(tmp_path / "x" / "r2", "r2")
+    _meta_update(first, ab=_ab(arm="a", seed=1))
+    _meta_update(second, ab=_ab(arm="a", seed=1))
+    with pytest.raises(RunDatasetError, match="arm a seed 1 is also recorded by") as err:
+        io.discover_runs([tmp_path / "x"])
+    assert err.value.path == str(second.resolve() / "meta.json")
+    _meta_update(second, ab=_ab(arm="b", seed=1, b="snek,bootstrap_interval=8"))
+    with pytest.raises(RunDatasetError, match="has a='snek' b='snek,bootstrap_interval=8' here"):
+        io.discover_runs([tmp_path / "x"])
+    _meta_update(second, ab=_ab(arm="b", seed=1))
+    assert [r.meta.ab.arm for r in io.discover_runs([tmp_path / "x"])] == ["a", "b"]
+
+
+def test_ab_meta_frame(spark, tmp_path):
+    plain = make_run(tmp_path / "x" / "p", "p")
+    assert io.ab_meta(spark, io.discover_runs([plain])) is None
+    run = make_run(tmp_path / "x" / "r1", "r1")
+    _meta_update(run, ab=_ab(arm="b", seed=2), variants={"a": "snek"}, observer={"internal_errors": 2})
+    df = io.ab_meta(spark, io.discover_runs([tmp_path / "x"]))
+    assert [tuple(r) for r in df.collect()] == [
+        ("r1", "e", "b", 2, "snek,root_filter=1", "snek", "snek,root_filter=1", '{"a": "snek"}', 2)]
+    assert df.schema == schemas.AB_META_SCHEMA
+
+
 def test_write_split_and_read_table(spark, tmp_path):
     df = spark.createDataFrame([("r1", "x", 1), ("r1", "y", 2), ("r2", "x", 3)], "run_id string, t string, n long")
     paths = io.write_split(df, tmp_path, "t", {"x": "table_x", "y": "table_y", "z": "table_z"})

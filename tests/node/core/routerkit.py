@@ -11,7 +11,9 @@ checks run for real.
 * :func:`announcement` / :func:`chain` build root announcements as a chain of
   nodes (root first, sender last) would produce them (PROTOCOL.md §4.5).
 * :func:`bootstrap_frame`, :func:`traffic_frame`, :func:`broadcast_frame`
-  build the other frame types (§4.4, §4.6, §4.7).
+  build the other frame types (§4.4, §4.6, §4.7); :func:`legacy_bootstrap_frame`,
+  :func:`legacy_ack_frame`, :func:`legacy_setup_frame`, :func:`legacy_teardown_frame` those of the older
+  variant (§7.2, §7.4), really signed.
 * :class:`Bench` wraps one router under test and runs its timers in time
   order as the clock moves; :class:`Net` shuttles frames
   between several routers (through the real codec) and runs their timers.
@@ -35,6 +37,9 @@ from node.core.types import (
     Announcement,
     Frame,
     FrameType,
+    LegacyBootstrapPayload,
+    LegacyFrameType,
+    LegacyPathPayload,
     LinkType,
     Root,
     Watermark,
@@ -51,6 +56,10 @@ __all__ = [
     "broadcast_frame",
     "chain",
     "identities",
+    "legacy_ack_frame",
+    "legacy_bootstrap_frame",
+    "legacy_setup_frame",
+    "legacy_teardown_frame",
     "of_type",
     "peer_state",
     "traffic_frame",
@@ -177,6 +186,78 @@ def broadcast_frame(
         source_key=source.public_key,
         payload=wire.encode_signed_root_payload(p),
     )
+
+
+def legacy_bootstrap_frame(
+    origin: Identity,
+    path_id: bytes,
+    root: Root,
+    coords: tuple[int, ...] = (),
+    *,
+    signer: Identity | None = None,
+) -> Frame:
+    """A LegacyBootstrap (0xE0) from ``origin`` at ``coords``; source sig by ``signer`` (default the origin)."""
+    sig = (signer or origin).sign(wire.legacy_source_signed_bytes(origin.public_key, path_id))
+    payload = wire.encode_legacy_bootstrap_payload(LegacyBootstrapPayload(path_id, root.key, root.seq, sig))
+    return Frame(LegacyFrameType.LEGACY_BOOTSTRAP, destination_key=origin.public_key, source_coords=coords,
+                 payload=payload)  # fmt: skip
+
+
+def _path_payload(
+    low: Identity, high: Identity, path_id: bytes, root: Root, low_signer: Identity | None, high_signer: Identity | None
+) -> bytes:
+    """A LegacyPathPayload for the path (low, path_id) acknowledged by ``high``, both signatures real (§7.2)."""
+    ssig = (low_signer or low).sign(wire.legacy_source_signed_bytes(low.public_key, path_id))
+    dsig = (high_signer or high).sign(wire.legacy_dest_signed_bytes(ssig, low.public_key, path_id))
+    return wire.encode_legacy_path_payload(LegacyPathPayload(path_id, root.key, root.seq, ssig, dsig))
+
+
+def legacy_ack_frame(
+    bootstrapper: Identity,
+    acker: Identity,
+    path_id: bytes,
+    root: Root,
+    *,
+    dest_coords: tuple[int, ...],
+    source_coords: tuple[int, ...],
+    source_signer: Identity | None = None,
+    dest_signer: Identity | None = None,
+) -> Frame:
+    """A LegacyBootstrapACK (0xE1) from ``acker`` to ``bootstrapper`` at ``dest_coords``."""
+    return Frame(
+        LegacyFrameType.LEGACY_BOOTSTRAP_ACK,
+        destination_key=bootstrapper.public_key,
+        source_key=acker.public_key,
+        destination_coords=dest_coords,
+        source_coords=source_coords,
+        payload=_path_payload(bootstrapper, acker, path_id, root, source_signer, dest_signer),
+    )
+
+
+def legacy_setup_frame(
+    bootstrapper: Identity,
+    acker: Identity,
+    path_id: bytes,
+    root: Root,
+    *,
+    dest_coords: tuple[int, ...],
+    source_signer: Identity | None = None,
+    dest_signer: Identity | None = None,
+) -> Frame:
+    """A LegacySetup (0xE2) from ``bootstrapper`` to ``acker`` at ``dest_coords``."""
+    return Frame(
+        LegacyFrameType.LEGACY_SETUP,
+        destination_key=acker.public_key,
+        source_key=bootstrapper.public_key,
+        destination_coords=dest_coords,
+        payload=_path_payload(bootstrapper, acker, path_id, root, source_signer, dest_signer),
+    )
+
+
+def legacy_teardown_frame(path_key: bytes, path_id: bytes) -> Frame:
+    """A LegacyTeardown (0xE3) for the path (``path_key``, ``path_id``)."""
+    return Frame(LegacyFrameType.LEGACY_TEARDOWN, destination_key=path_key,
+                 payload=wire.encode_legacy_teardown_payload(path_id))  # fmt: skip
 
 
 def peer_state(

@@ -9,7 +9,18 @@ from hypothesis import strategies as st
 
 from node.core import wire
 from node.core.errors import ProtocolError
-from node.core.types import INITIAL_WATERMARK, Announcement, Frame, FrameType, SigHop, SignedRootPayload, Watermark
+from node.core.types import (
+    INITIAL_WATERMARK,
+    Announcement,
+    Frame,
+    FrameType,
+    LegacyBootstrapPayload,
+    LegacyFrameType,
+    LegacyPathPayload,
+    SigHop,
+    SignedRootPayload,
+    Watermark,
+)
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -35,13 +46,29 @@ snek_traffic = st.builds(
 tree_traffic = st.builds(
     Frame, st.just(FrameType.TRAFFIC), hops, keys, keys, nonempty_coords, coords, st.just(INITIAL_WATERMARK), payloads
 )  # fmt: skip
-unknown = st.builds(Frame, st.integers(5, 255), hops, payload=payloads)
-frames = st.one_of(keepalives, tree_anns, bootstraps, broadcasts, snek_traffic, tree_traffic, unknown)
+legacy = st.one_of(  # §7.4: fields in each type's layout, any payload bytes
+    st.builds(Frame, st.just(LegacyFrameType.LEGACY_BOOTSTRAP), hops, destination_key=keys, source_coords=coords,
+              payload=payloads),
+    st.builds(Frame, st.just(LegacyFrameType.LEGACY_BOOTSTRAP_ACK), hops, keys, keys, coords, coords, payload=payloads),
+    st.builds(Frame, st.just(LegacyFrameType.LEGACY_SETUP), hops, keys, keys, coords, payload=payloads),
+    st.builds(Frame, st.just(LegacyFrameType.LEGACY_TEARDOWN), hops, destination_key=keys, payload=payloads),
+)  # fmt: skip
+unknown = st.builds(Frame, st.integers(5, 255).filter(lambda t: not 0xE0 <= t <= 0xE3), hops, payload=payloads)
+frames = st.one_of(keepalives, tree_anns, bootstraps, broadcasts, snek_traffic, tree_traffic, legacy, unknown)
 
 announcements = st.builds(
     Announcement, keys, U64, st.lists(st.builds(SigHop, ports, keys, sigs), max_size=4).map(tuple)
 )  # fmt: skip
 signed_payloads = st.builds(SignedRootPayload, U64, keys, U64, sigs)
+path_ids = st.binary(min_size=8, max_size=8)
+legacy_bootstrap_payloads = st.builds(LegacyBootstrapPayload, path_ids, keys, U64, sigs)
+legacy_path_payloads = st.builds(LegacyPathPayload, path_ids, keys, U64, sigs, sigs)
+LEGACY_PAYLOADS = {
+    LegacyFrameType.LEGACY_BOOTSTRAP: wire.decode_legacy_bootstrap_payload,
+    LegacyFrameType.LEGACY_BOOTSTRAP_ACK: wire.decode_legacy_path_payload,
+    LegacyFrameType.LEGACY_SETUP: wire.decode_legacy_path_payload,
+    LegacyFrameType.LEGACY_TEARDOWN: wire.decode_legacy_teardown_payload,
+}
 
 
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -92,6 +119,14 @@ def test_signed_root_payload_roundtrip(p: SignedRootPayload) -> None:
     assert wire.decode_signed_root_payload(wire.encode_signed_root_payload(p)) == p
 
 
+@PROPS
+@given(legacy_bootstrap_payloads, legacy_path_payloads, path_ids)
+def test_legacy_payload_roundtrip(b: LegacyBootstrapPayload, p: LegacyPathPayload, path_id: bytes) -> None:
+    assert wire.decode_legacy_bootstrap_payload(wire.encode_legacy_bootstrap_payload(b)) == b
+    assert wire.decode_legacy_path_payload(wire.encode_legacy_path_payload(p)) == p
+    assert wire.decode_legacy_teardown_payload(wire.encode_legacy_teardown_payload(path_id)) == path_id
+
+
 def _only_protocol_errors(data: bytes) -> None:
     """Every decoder on ``data``: success or a ProtocolError; anything else propagates and fails."""
     with contextlib.suppress(ProtocolError):
@@ -106,6 +141,9 @@ def _only_protocol_errors(data: bytes) -> None:
         wire.decode_signed_root_payload(data)
     with contextlib.suppress(ProtocolError):
         wire.decode_handshake(data)
+    for decode in LEGACY_PAYLOADS.values():
+        with contextlib.suppress(ProtocolError):
+            decode(data)
     with contextlib.suppress(ProtocolError):
         wire.decode_varu64(data, 0, minimal=True)
     with contextlib.suppress(ProtocolError):
@@ -121,7 +159,7 @@ def test_garbage_raises_only_protocol_errors(junk: bytes) -> None:
 
 
 @PROPS
-@given(st.integers(0, 7), hops, st.binary(max_size=200))
+@given(st.one_of(st.integers(0, 7), st.integers(0xE0, 0xE4)), hops, st.binary(max_size=200))
 def test_well_framed_garbage_bodies_raise_only_protocol_errors(t: int, hop: int, body: bytes) -> None:
     """A correct header around a random body, so the per-type body parsers see the junk."""
     data = b"pine\x00" + bytes((t, 0, hop)) + (10 + len(body)).to_bytes(2, "big") + body
@@ -158,6 +196,9 @@ def test_mutated_frames_raise_only_protocol_errors(frame: Frame, mutations: list
         elif decoded.type in (FrameType.BOOTSTRAP, FrameType.WAKEUP_BROADCAST):
             with contextlib.suppress(ProtocolError):
                 wire.decode_signed_root_payload(decoded.payload)
+        elif decoded.type in LEGACY_PAYLOADS:
+            with contextlib.suppress(ProtocolError):
+                LEGACY_PAYLOADS[decoded.type](decoded.payload)
 
 
 @PROPS
