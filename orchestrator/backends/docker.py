@@ -159,6 +159,9 @@ class UpResult:
     container_s: float
 
 
+DOWN_PASSES = 3  # sweeps of down(): the first, then again for whatever the engine still lists
+
+
 @dataclass(slots=True)
 class DownReport:
     containers_removed: int = 0
@@ -475,7 +478,15 @@ class DockerBackend:
             while time.monotonic() < deadline and self.api.containers(filters={"label": label, "status": "running"}):
                 time.sleep(0.2)
             report.containers_removed = sum(pool.map(remove, [c["Id"] for c in found]))
-        report.networks_removed = remove_networks(self.client, label, report.errors)
+        names = [n.lstrip("/") for c in found for n in (c.get("Names") or [])]
+        report.networks_removed = remove_networks(self.client, label, report.errors, names)
+        for _ in range(DOWN_PASSES - 1):  # the engine can lag behind a forced removal: sweep what is left again
+            left = self.api.containers(all=True, filters={"label": label})
+            if not left and not self.api.networks(filters={"label": label}):
+                break
+            time.sleep(1.0)
+            report.containers_removed += sum(remove(c["Id"]) for c in left)
+            report.networks_removed += remove_networks(self.client, label, report.errors, names)
         with contextlib.suppress(docker.errors.APIError):
             for vol in (self.api.volumes(filters={"label": label}) or {}).get("Volumes") or []:
                 if _remove_with_retry(lambda v=vol["Name"]: self.api.remove_volume(v, force=True),

@@ -321,14 +321,19 @@ def _remove_with_retry(remove: Callable[[], None], what: str, errors: list[str])
     return False
 
 
-def remove_networks(client: docker.DockerClient, label_filter: str, errors: list[str]) -> int:
+def remove_networks(client: docker.DockerClient, label_filter: str, errors: list[str],
+                    containers: Iterable[str] = ()) -> int:
     """Remove every network matching ``label_filter`` (``snekbed.run=<id>`` or ``snekbed.run``), one at a time.
 
     A network the engine still believes has "active endpoints" after its containers
-    are gone (a known engine bug) has those endpoints force-disconnected first.
+    are gone (a known engine bug) has those endpoints force-disconnected first: the
+    ones inspection lists, and every name in ``containers`` (the run's containers,
+    removed or not; the engine accepts a forced disconnect by the name of a container
+    it no longer has, which is how a stale endpoint is cleared).
     Returns how many were removed; failures are appended to ``errors``.
     """
     removed = 0
+    known = list(dict.fromkeys(containers))
     for net in client.api.networks(filters={"label": label_filter}):
         net_id, name = net["Id"], net.get("Name", net["Id"][:12])
 
@@ -341,7 +346,7 @@ def remove_networks(client: docker.DockerClient, label_filter: str, errors: list
                 if "active endpoints" not in str(exc.explanation or exc):
                     raise
                 info = client.api.inspect_network(net_id)
-                for endpoint in list((info.get("Containers") or {})):
+                for endpoint in [*(info.get("Containers") or {}), *known]:
                     with contextlib.suppress(docker.errors.APIError):
                         client.api.disconnect_container_from_network(endpoint, net_id, force=True)
                 raise

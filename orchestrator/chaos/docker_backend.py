@@ -25,6 +25,7 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -120,7 +121,13 @@ class DockerChaos:
             self._admin.close()
         self.run.action("down", None, {"keep": self.keep})
         if not self.keep:
-            await trio.to_thread.run_sync(self.docker.down, self.run.run_id)
+            report = await trio.to_thread.run_sync(self.docker.down, self.run.run_id)
+            if report.containers_left or report.networks_left:  # never silent: `snekbed down RUN` finishes the job
+                self.run.update_meta(teardown=dataclasses.asdict(report))
+                print(f"snekbed chaos: teardown left {report.containers_left} container(s) and "
+                      f"{report.networks_left} network(s) labelled snekbed.run={self.run.run_id}: "
+                      f"{'; '.join(report.errors[-3:])} (remove them with: snekbed down {self.run.run_id})",
+                      file=sys.stderr)
 
     async def abort(self, exc: BaseException) -> None:
         """Remove everything labelled with the run (start_run already did if it was the start that failed)."""
