@@ -37,3 +37,20 @@ def java_available() -> bool:
 def shared_dir() -> Path:
     need(SHARED.is_dir(), f"shared/ reference material not found at {SHARED}")
     return SHARED
+
+
+# The suite runs on two workers (pytest -n 2 --dist loadgroup: README, .ci/run). Tests that share a heavy
+# resource stay on one worker: every Spark test on the worker that holds the session's one JVM, every Docker
+# test on one worker so two runs' containers never compete for the 2 cores while a convergence bound ticks.
+# The rest is spread over both. Without xdist the marks are inert.
+XDIST_GROUPS = ("spark", "docker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    uses = {"spark": {"spark"}, "docker": {"client", "image"}}  # fixtures that imply the group without the mark
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for group in XDIST_GROUPS:
+            if item.get_closest_marker(group) is not None or fixtures & uses[group]:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
