@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "compose": "orchestrator.run_cli:compose",
     "analyze": "pipeline.cli:analyze",
     "demo": "orchestrator.demo:demo",
+    "dashboards": "orchestrator.dashboards:dashboards",
 }
 
 

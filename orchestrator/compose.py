@@ -13,10 +13,11 @@ userspace transport with its full effective shape (``class=..&delay_ms=..&loss_p
 on both ends).
 
 1.29 compatibility: no top-level ``name:``, no ``version:``, no
-``healthcheck.start_interval``. Prometheus and Grafana sit in the ``monitoring``
-profile (``--profile monitoring``); both use the host network so Prometheus can
-scrape the nodes of every compose project and every ``snekbed up`` run through
-Docker service discovery (``compose/prometheus.yml``).
+``healthcheck.start_interval``. Prometheus sits in the ``monitoring`` profile, on the
+control network at the address the plan reserves for it (nothing on the host network),
+finding this file's nodes through the Docker socket by their ``snekbed.run`` label
+(``compose/prometheus/<name>.yml``); Grafana, which needs a registry, has its own
+``grafana`` profile. Both publish on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ from node.core.crypto import Identity
 from .backends.docker import NODE_EVENTS_DIR, REDIAL_MAX_S, peer_params
 from .backends.docker_net import LABEL_LINK, LABEL_NODE, LABEL_ROLE, LABEL_RUN, DockerBackendError, plan_addresses
 from .image import NODE_ADMIN_PORT, NODE_METRICS_PORT, NODE_PEER_PORT
+from .monitoring import PROMETHEUS_PORT, prometheus_config
 from .topology import Topology
 
 __all__ = ["COMPOSE_POOL", "ComposeError", "compose_document", "render_compose", "write_compose", "compose_run_id",
-           "PROMETHEUS_IMAGE", "GRAFANA_IMAGE"]
+           "PROMETHEUS_IMAGE", "GRAFANA_IMAGE", "prometheus_config_path", "render_prometheus_config"]
 
 COMPOSE_POOL = "10.212.0.0/16"
-PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
-GRAFANA_IMAGE = "grafana/grafana:11.1.0"
+PROMETHEUS_IMAGE = "snekbed-prometheus:latest"  # `snekbed image prometheus`; official: prom/prometheus:v2.53.3
+GRAFANA_IMAGE = "grafana/grafana:11.3.1"
+COMPOSE_SCRAPE_INTERVAL_S = 5.0
 _HEALTHCHECK = ("import urllib.request as u; "
                 f"u.urlopen('http://127.0.0.1:{NODE_ADMIN_PORT}/healthz', timeout=2).read()")
 
@@ -115,23 +118,28 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
         }
     monitoring_labels = {LABEL_RUN: run_id, LABEL_ROLE: "monitoring"}
     services["prometheus"] = {
-        "image": PROMETHEUS_IMAGE,
+        # built here without a registry (`snekbed image prometheus`); SNEKBED_PROMETHEUS_IMAGE=prom/prometheus:...
+        # switches to the official image, which takes the same entrypoint and flags
+        "image": f"${{SNEKBED_PROMETHEUS_IMAGE:-{PROMETHEUS_IMAGE}}}",
         "profiles": ["monitoring"],
-        "network_mode": "host",
-        "user": "root",  # reads the Docker socket for service discovery
-        "command": ["--config.file=/etc/prometheus/prometheus.yml", "--web.listen-address=127.0.0.1:9090"],
-        "volumes": ["./prometheus.yml:/etc/prometheus/prometheus.yml:ro",
+        "user": "0",  # reads the Docker socket for service discovery
+        "entrypoint": ["prometheus"],
+        "command": ["--config.file=/etc/snekbed/prometheus.yml", "--storage.tsdb.path=/prometheus",
+                    f"--web.listen-address=:{PROMETHEUS_PORT}"],
+        "volumes": [f"./{prometheus_config_path(topology)}:/etc/snekbed/prometheus.yml:ro",
                     "/var/run/docker.sock:/var/run/docker.sock:ro"],
+        "networks": {"control": {"ipv4_address": plan.monitor_ip}},
+        "ports": [f"127.0.0.1:${{SNEKBED_PROMETHEUS_PORT:-{PROMETHEUS_PORT}}}:{PROMETHEUS_PORT}"],
         "labels": monitoring_labels,
     }
     services["grafana"] = {
-        "image": GRAFANA_IMAGE,
-        "profiles": ["monitoring"],
-        "network_mode": "host",
+        "image": f"${{SNEKBED_GRAFANA_IMAGE:-{GRAFANA_IMAGE}}}",
+        "profiles": ["grafana"],  # needs a registry (or a local Grafana image): its own profile
         "depends_on": ["prometheus"],
-        "environment": {"GF_SERVER_HTTP_ADDR": "127.0.0.1", "GF_AUTH_ANONYMOUS_ENABLED": "true",
-                        "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
-                        "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/grafana/dashboards/snek-overview.json"},
+        "networks": {"control": {"ipv4_address": plan.grafana_ip}},
+        "ports": ["127.0.0.1:${SNEKBED_GRAFANA_PORT:-3000}:3000"],
+        "environment": {"GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+                        "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/grafana/dashboards/snekbed-overview.json"},
         "volumes": ["./grafana/provisioning:/etc/grafana/provisioning:ro",
                     "../dashboards:/var/lib/grafana/dashboards:ro"],
         "labels": monitoring_labels,
@@ -162,7 +170,9 @@ def render_compose(topology: Topology, *, seed: int | str = 0, pool: str = COMPO
         "# Use (docker compose v2, or docker-compose 1.29 with the same arguments):",
         "#   snekbed image build",
         f"#   docker compose -f compose/{name} up -d        # nodes only",
-        f"#   docker compose -f compose/{name} --profile monitoring up -d   # + Prometheus :9090, Grafana :3000",
+        f"#   docker compose -f compose/{name} --profile monitoring up -d   # + Prometheus on 127.0.0.1:9090",
+        "#     (snekbed image prometheus builds its image; SNEKBED_PROMETHEUS_IMAGE=prom/prometheus:v2.53.3 pulls one)",
+        "#   add --profile grafana for Grafana on 127.0.0.1:3000 (pulls grafana/grafana; docs/monitoring.md)",
         f"#   docker compose -f compose/{name} down -v",
         f"# Node admin APIs: control network {doc['networks']['control']['ipam']['config'][0]['subnet']} port "
         f"{NODE_ADMIN_PORT}, or `docker compose -f compose/{name} port NODE {NODE_ADMIN_PORT}` (127.0.0.1 only).",
@@ -172,13 +182,28 @@ def render_compose(topology: Topology, *, seed: int | str = 0, pool: str = COMPO
     return "\n".join(header) + "\n" + body
 
 
+def prometheus_config_path(topology: Topology) -> str:
+    """Where the compose file's Prometheus configuration sits, relative to the compose file."""
+    return f"prometheus/{topology.name}.yml"
+
+
+def render_prometheus_config(topology: Topology) -> str:
+    """The ``monitoring`` profile's scrape configuration: this file's nodes, found by their run label."""
+    return prometheus_config(run_id=compose_run_id(topology), scrape_interval_s=COMPOSE_SCRAPE_INTERVAL_S)
+
+
 def write_compose(topology: Topology, path: Path, *, seed: int | str = 0, pool: str = COMPOSE_POOL,
                   image: str = "snekbed-node:latest", source: str | None = None) -> Path:
-    """Write :func:`render_compose` to ``path`` (parents created). Raises ComposeError."""
+    """Write :func:`render_compose` to ``path`` and its Prometheus configuration next to it (parents created).
+
+    Raises ComposeError."""
     text = render_compose(topology, seed=seed, pool=pool, image=image, source=source)
+    prom = path.parent / prometheus_config_path(topology)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+        prom.parent.mkdir(parents=True, exist_ok=True)
+        prom.write_text(render_prometheus_config(topology), encoding="utf-8")
     except OSError as exc:
         raise ComposeError(f"cannot write {path}: {exc}") from None
     return path

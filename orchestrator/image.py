@@ -39,7 +39,7 @@ import requests
 __all__ = ["BASE_IMAGE", "NODE_REPOSITORY", "NODE_ADMIN_PORT", "NODE_METRICS_PORT", "NODE_PEER_PORT",
            "ImageError", "CommandError", "BaseImageError", "WheelhouseError", "ImageBuildError", "ImageInfo",
            "registry_reachable", "resolve_base", "build_offline_base", "build_wheelhouse", "build_node_image",
-           "compute_inputs_hash", "hash_project_sources", "base_inputs_hash", "runtime_dependencies",
+           "compute_inputs_hash", "build_prometheus_image", "PROMETHEUS_REPOSITORY", "hash_project_sources", "base_inputs_hash", "runtime_dependencies",
            "node_container_options", "default_cache_dir", "image"]
 
 BASE_IMAGE = "python:3.11-slim-bookworm"
@@ -415,6 +415,50 @@ def resolve_base(client: docker.DockerClient, base: str | None = None, *, cache_
     return tag, f"registry unreachable: {verb} {tag}"
 
 
+# ---------------------------------------------------------------- Prometheus
+
+PROMETHEUS_REPOSITORY = "snekbed-prometheus"
+PROMETHEUS_PACKAGES = ("prometheus", "ca-certificates")
+_PROMETHEUS_DOCKERFILE = """\
+FROM {base}
+LABEL org.opencontainers.image.title="snekbed-prometheus" \\
+      org.opencontainers.image.description="Prometheus from Debian's package, for snekbed runs (no registry needed)" \\
+      snekbed.image="prometheus" \\
+      snekbed.base="{base}" \\
+      snekbed.inputs="{inputs}"
+RUN mkdir -p /prometheus /etc/snekbed
+EXPOSE 9090
+ENTRYPOINT ["prometheus"]
+CMD ["--config.file=/etc/snekbed/prometheus.yml", "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"]
+"""
+
+
+def build_prometheus_image(client: docker.DockerClient, *, cache_dir: Path | None = None,
+                           progress: Progress | None = None, mirror: str | None = None) -> str:
+    """``snekbed-prometheus:<hash12>`` (and ``:latest``): Debian's ``prometheus`` on the offline base; its tag.
+
+    No registry involved: debootstrap installs the package from the Debian mirror, ``docker import``
+    makes the base, and a one-step build adds the entrypoint and labels. Cached by the same input hash
+    as the base. Raises BaseImageError / ImageBuildError.
+    """
+    progress = progress or _noop
+    base = build_offline_base(client, cache_dir=cache_dir, progress=progress, mirror=mirror,
+                              packages=PROMETHEUS_PACKAGES)
+    inputs = _hash_fields("prometheus", [("base", base), ("dockerfile", _PROMETHEUS_DOCKERFILE)])
+    tag = f"{PROMETHEUS_REPOSITORY}:{inputs[:12]}"
+    if _image_exists(client, tag) is None:
+        progress(f"building {tag} on {base}")
+        text = _PROMETHEUS_DOCKERFILE.format(base=base, inputs=inputs)
+        with tempfile.TemporaryDirectory(prefix="prom-") as ctx:
+            (Path(ctx) / "Dockerfile").write_text(text)
+            try:
+                client.images.build(path=ctx, tag=tag, rm=True, forcerm=True)
+            except (docker.errors.BuildError, docker.errors.APIError) as exc:
+                raise ImageBuildError(f"building {tag} failed: {exc}") from exc
+    client.api.tag(tag, PROMETHEUS_REPOSITORY, "latest")
+    return tag
+
+
 # ---------------------------------------------------------------- wheelhouse
 
 
@@ -614,6 +658,24 @@ def build(force: bool, base_image: str | None, refresh_wheels: bool, as_json: bo
     console.print(f"[bold]{info.tag}[/] (also {info.tag.split(':')[0]}:latest) {state}  "
                   f"{info.id[:19]}  {info.size_bytes / 1e6:.0f} MB", highlight=False, soft_wrap=True)
     console.print(f"base: {info.base} ({info.base_reason})", highlight=False, soft_wrap=True)
+
+
+@image.command("prometheus")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def prometheus_image(as_json: bool) -> None:
+    """Build snekbed-prometheus:<hash> (and :latest) from Debian's package, without a registry."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("preparing the Prometheus image") as status:
+        try:
+            tag = build_prometheus_image(_docker_client(), progress=lambda line: status.update(f"[dim]{line[:70]}"))
+        except ImageError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps({"tag": tag, "latest": f"{PROMETHEUS_REPOSITORY}:latest"}))
+    else:
+        console.print(f"[bold]{tag}[/] (also {PROMETHEUS_REPOSITORY}:latest)", highlight=False)
 
 
 @image.command()

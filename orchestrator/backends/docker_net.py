@@ -148,6 +148,16 @@ class AddressPlan:
     def control_ip(self, node: str) -> str:
         return self.control.members[node]
 
+    @property
+    def monitor_ip(self) -> str:
+        """The control network's last host address, reserved (never a node's) for the run's Prometheus."""
+        return str(self.control.network.broadcast_address - 1)
+
+    @property
+    def grafana_ip(self) -> str:
+        """The address before :attr:`monitor_ip`, reserved for a Grafana next to that Prometheus."""
+        return str(self.control.network.broadcast_address - 2)
+
     def links_of(self, node: str) -> list[LinkNet]:
         return [ln for ln in self.links if node in (ln.a, ln.b)]
 
@@ -196,7 +206,7 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
         raise DockerBackendError(f"--address-pool {pool!r}: not an IPv4 network ({exc})") from None
     names = topology.node_names
     multicast = [n.name for n in topology.nodes if n.multicast]
-    control_prefix = _prefix_for(len(names), MIN_CONTROL_PREFIX)
+    control_prefix = _prefix_for(len(names) + 2, MIN_CONTROL_PREFIX)  # + monitor_ip and grafana_ip
     sizes = [2 ** (32 - control_prefix)]
     if multicast:
         sizes.append(2 ** (32 - _prefix_for(len(multicast), MIN_CONTROL_PREFIX)))

@@ -18,8 +18,10 @@ import click
 import trio
 import trio.testing
 
+from node.config import HostPort, parse_hostport
 from node.core.variants import VariantError, VariantSpec
 
+from ..monitoring import RunMetrics, serve_metrics
 from ..runs import create_run, new_run_id, runs_root
 from ..topology import Topology, TopologyError
 from ..topology_loaders import load_topology
@@ -78,11 +80,12 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
 
 
 def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: Path | None, runs_dir: Path | None,
-                    image: str | None, keep: bool, variant: VariantSpec) -> Any:  # fmt: skip
+                    image: str | None, keep: bool, variant: VariantSpec, monitoring: bool = False,
+                    prometheus_image: str | None = None) -> Any:  # fmt: skip
     import docker  # the Docker SDK: an optional extra, loaded only for --backend docker
 
     from ..backends.docker import DockerBackend
-    from ..image import build_node_image
+    from ..image import build_node_image, build_prometheus_image
     from .docker_backend import DockerChaos
 
     full = full_topology(topology, sc).with_variant(variant)
@@ -91,11 +94,15 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
     backend = DockerBackend(docker.from_env())
     if image is None:
         image = build_node_image(backend.client).tag
+    if monitoring and prometheus_image is None:
+        prometheus_image = build_prometheus_image(backend.client)
     root, run_id = (record.parent, record.name) if record is not None else (runs_root(runs_dir), new_run_id())
     run = create_run(root, run_id, topology=full.to_record())
     declared_nodes, declared_links = sc.declared()
     initial = set(topology.node_names) if topology is not None else set()
     return DockerChaos(full, run, image=image, seed=seed, backend=backend, keep=keep,
+                       prometheus_image=prometheus_image if monitoring else None,
+                       metrics=RunMetrics(run.run_id) if monitoring else None,
                        start_stopped=[n for n in declared_nodes if n not in initial],
                        start_unlinked=[(a, b) for a, b, _ in declared_links
                                        if topology is None or not any({ln.a, ln.b} == {a, b} for ln in topology.links)])
@@ -122,13 +129,32 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
               help="every node's protocol variant (snek, snek-s0, legacy; docs/variants.md) unless the topology or "
                    "a join step names another")
 @click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE", help="a variant knob for every node; repeatable")
+@click.option("--monitoring", is_flag=True,
+              help="--backend docker: run Prometheus with the run (its URL is printed; `snekbed down` removes it, so "
+                   "add --keep to look at it afterwards) scraping every node and this process's own view of the run")
+@click.option("--prometheus-image", default=None, metavar="IMAGE",
+              help="Prometheus image for --monitoring [default: build or reuse snekbed-prometheus, no registry needed]")
+@click.option("--metrics", "metrics_at", default=None, metavar="HOST:PORT",
+              help="serve this process's view of the run (snekbed_* series, docs/metrics.md) on HOST:PORT/metrics; "
+                   "in-process runs need --clock real")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
-          write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], as_json: bool,
-          list_only: bool) -> None:  # fmt: skip
+          write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
+          prometheus_image: str | None, metrics_at: str | None, as_json: bool, list_only: bool) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
+    if monitoring and backend != "docker":
+        raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
+                               "(watch an in-process run with --clock real --metrics HOST:PORT)")
+    if metrics_at is not None and backend == "inproc" and clock != "real":
+        raise click.UsageError("--metrics on an in-process run needs --clock real (virtual time outruns any scrape)")
+    metrics_addr = None
+    if metrics_at is not None:
+        try:
+            metrics_addr = parse_hostport(metrics_at, "--metrics")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics") from None
     try:
         variant = VariantSpec.parse(variant_text).with_knobs(knobs)
     except VariantError as exc:
@@ -161,7 +187,8 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
             click.echo(_line(rec))
 
     out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image, keep=keep,
-                  clock=clock, progress=progress, variant=variant)  # fmt: skip
+                  clock=clock, progress=progress, variant=variant, monitoring=monitoring,
+                  prometheus_image=prometheus_image, metrics_at=metrics_addr)  # fmt: skip
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
@@ -174,7 +201,8 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
 def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc", seed: int = 0,
             record: Path | None = None, runs_dir: Path | None = None, image: str | None = None, keep: bool = False,
             clock: str = "virtual", progress: Any = None, variant: VariantSpec | None = None,
-            ab: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+            ab: dict[str, Any] | None = None, monitoring: bool = False, prometheus_image: str | None = None,
+            metrics_at: HostPort | None = None) -> dict[str, Any]:  # fmt: skip
     """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``.
 
     ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
@@ -182,15 +210,31 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     """
     variant = variant or VariantSpec()
     if backend == "docker":
-        chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant)
+        chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant, monitoring,
+                                        prometheus_image)  # fmt: skip
         clock_obj = None
         run_dir: str | None = str(chaos_backend.run.path)
+        run_id = chaos_backend.run.run_id
+        metrics = chaos_backend.metrics
     else:
         chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(), scenario_name=sc.name,
                                     variant=variant, ab=ab)  # fmt: skip
         clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
         run_dir = str(record) if record is not None else None
-    out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, clock=clock_obj)
+        run_id = record.name if record is not None else sc.name
+        metrics = None
+    server = None
+    if metrics_at is not None:
+        metrics = metrics or RunMetrics(run_id)
+        if backend == "docker":
+            chaos_backend.metrics = metrics
+        server = serve_metrics(metrics, metrics_at.host, metrics_at.port)
+        click.echo(f"snekbed chaos: run metrics on {server.url}", err=True)
+    try:
+        out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, metrics, clock=clock_obj)
+    finally:
+        if server is not None:
+            server.close()
     if backend == "docker" and ab is not None:
         chaos_backend.run.update_meta(ab=ab)
     out["run_dir"] = run_dir
@@ -198,5 +242,6 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     return out
 
 
-async def run_scenario_async(backend: Any, scenario: Scenario, seed: int, progress: Any) -> dict[str, Any]:
-    return await run_scenario(backend, scenario, seed=seed, progress=progress)
+async def run_scenario_async(backend: Any, scenario: Scenario, seed: int, progress: Any,
+                             metrics: RunMetrics | None = None) -> dict[str, Any]:  # fmt: skip
+    return await run_scenario(backend, scenario, seed=seed, progress=progress, metrics=metrics)

@@ -41,6 +41,7 @@ from ..backends.docker import DockerBackend
 from ..backends.docker_net import AddressPlan
 from ..backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
 from ..backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
+from ..monitoring import RunMetrics, RunMonitoring, monitor_docker_run
 from ..runs import RunDir
 from ..topology import Topology
 from .backend import Converged, TrafficSample
@@ -66,7 +67,8 @@ class DockerChaos:
 
     def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0, shaping: str = "auto",
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
-                 backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0) -> None:
+                 backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
+                 prometheus_image: str | None = None, metrics: RunMetrics | None = None) -> None:
         self.topology = topology
         self.run = run
         self.image = image
@@ -89,6 +91,9 @@ class DockerChaos:
         self._traffic: _Traffic | None = None
         self._nursery: trio.Nursery | None = None
         self._admin: AdminClient | None = None
+        self.prometheus_image = prometheus_image  # --monitoring: Prometheus for the run, scraping ``metrics`` too
+        self.metrics = metrics
+        self.monitoring: RunMonitoring | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,10 +118,21 @@ class DockerChaos:
                 await self._disconnect(ln.index)
         self.run.update_meta(chaos={"start_stopped": sorted(self._start_stopped),
                                     "start_unlinked": sorted(sorted(p) for p in self._start_unlinked)})
+        if self.prometheus_image is not None:
+            plan, image, metrics = self.plan, self.prometheus_image, self.metrics
+            self.monitoring = await trio.to_thread.run_sync(
+                lambda: monitor_docker_run(self.docker.client, plan, image=image, metrics=metrics))
+            self.run.update_meta(monitoring={"prometheus": self.monitoring.prometheus.url,
+                                             "exporter": None if self.monitoring.exporter is None
+                                             else self.monitoring.exporter.url})  # fmt: skip
+            print(f"snekbed chaos: Prometheus for run {self.run.run_id}: {self.monitoring.prometheus.url}",
+                  file=sys.stderr, flush=True)
 
     async def stop(self) -> None:
         if self._traffic is not None:
             self._traffic.cancel.cancel()
+        if self.monitoring is not None:
+            self.monitoring.close()
         if self._admin is not None:
             self._admin.close()
         self.run.action("down", None, {"keep": self.keep})
@@ -133,6 +149,8 @@ class DockerChaos:
         """Remove everything labelled with the run (start_run already did if it was the start that failed)."""
         if self._traffic is not None:
             self._traffic.cancel.cancel()
+        if self.monitoring is not None:
+            self.monitoring.close()
         if self._admin is not None:
             self._admin.close()
         try:

@@ -28,6 +28,8 @@ from node.core.router import Timers
 from node.core.variants import VariantSpec
 from node.core.snek import EXPIRY_S
 
+from ..monitoring import FAULT_KINDS, RunMetrics
+from ..observe import NodeView, check_convergence
 from .backend import ChaosBackend, Converged, TrafficSample
 from .checker import Invariant, PingOutcome, Reconvergence, evaluate, verdict_of
 from .scenario import Scenario
@@ -44,6 +46,7 @@ CHECK_PAIRS = 12  # pairs pinged by the checker after a step (each in every mode
 TRANSIENT_INVARIANTS = ("snake_ordered", "pairs_reachable")
 #: how long such a transient may last: one routing-entry lifetime plus one bootstrap interval and a tick
 TRANSIENT_S = EXPIRY_S + Timers().bootstrap_interval_s + Timers().maintain_interval_s
+WATCH_S = 1.0  # how often the run's metrics (RunMetrics) re-read the live graph and the nodes' state
 
 
 def sample_pairs(graph: nx.Graph, n: int, rng: random.Random) -> list[tuple[str, str]]:
@@ -71,6 +74,7 @@ class ChaosRun:
     seed: int = 0
     on_action: ActionHook | None = None
     progress: Progress | None = None
+    metrics: RunMetrics | None = None
     rng: random.Random = field(init=False)
     steps: list[dict[str, Any]] = field(default_factory=list)
     _cut: set[frozenset[str]] = field(default_factory=set)
@@ -99,6 +103,8 @@ class ChaosRun:
         await b.start(nursery)
         t0 = b.now()
         self.t0 = t0
+        if self.metrics is not None:
+            nursery.start_soon(self._watch, self.metrics)
         if sc.traffic is not None:
             self._traffic_on(sc.traffic.rate_per_s, sc.traffic.pairs)
         bounds: list[float] = []
@@ -107,6 +113,8 @@ class ChaosRun:
                 await b.sleep(step.after_s)
             rec = await self._step(i, step)
             bounds.append(rec.pop("_bound", math.nan))
+            if self.metrics is not None and step.action not in ("wait", "check") and rec.get("invariants"):
+                self.metrics.episode(rec.get("tree_converged_s"), rec.get("snake_converged_s"))
             self.steps.append(rec)
             if self.progress is not None:
                 self.progress(rec)
@@ -134,6 +142,28 @@ class ChaosRun:
         pairs = sample_pairs(self.backend.live_graph(), n_pairs, self.rng)
         self.backend.traffic(rate > 0, rate, pairs, sc.traffic.modes, sc.traffic.timeout_s)
         self._traffic_pairs = n_pairs
+
+    async def _watch(self, metrics: RunMetrics) -> None:
+        """Keep the run's metrics current: live nodes, components, converged (the observer's rule), pings."""
+        b = self.backend
+        counted: dict[tuple[str, bool], int] = {}
+        while True:
+            graph = b.live_graph()
+            states = await b.states()
+            views = {n: NodeView(s.key, s.root, s.descending) for n, s in states.items() if n in graph}
+            live = graph.subgraph(views)
+            verdict = check_convergence(live, views)
+            answered = len(views) == graph.number_of_nodes()  # a verdict over part of the graph proves nothing
+            metrics.observe(graph.number_of_nodes(), nx.number_connected_components(graph), verdict.tree and answered,
+                            verdict.snake and answered)
+            totals: dict[tuple[str, bool], int] = {}
+            for x in b.traffic_samples():
+                totals[(x.mode, x.delivered)] = totals.get((x.mode, x.delivered), 0) + 1
+            for (mode, delivered), n in totals.items():
+                if n > counted.get((mode, delivered), 0):
+                    metrics.ping(mode, delivered, n - counted.get((mode, delivered), 0))
+                counted[(mode, delivered)] = max(n, counted.get((mode, delivered), 0))
+            await b.sleep(WATCH_S)
 
     async def _step(self, i: int, step: Any) -> dict[str, Any]:
         b = self.backend
@@ -247,6 +277,8 @@ class ChaosRun:
         """One fault as it happens: into the run's actions.jsonl (the contract's vocabulary) and to the hook."""
         now = self.backend.now()
         self.backend.record_action(action, target, detail, now)
+        if self.metrics is not None and action in FAULT_KINDS:
+            self.metrics.fault(action)
         if self.on_action is not None:
             self.on_action(action, target, detail, now)
 
@@ -420,5 +452,6 @@ class ChaosRun:
 
 
 async def run_scenario(backend: ChaosBackend, scenario: Scenario, *, seed: int = 0,
-                       on_action: ActionHook | None = None, progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
-    return await ChaosRun(backend, scenario, seed, on_action, progress).run()
+                       on_action: ActionHook | None = None, progress: Progress | None = None,
+                       metrics: RunMetrics | None = None) -> dict[str, Any]:  # fmt: skip
+    return await ChaosRun(backend, scenario, seed, on_action, progress, metrics).run()
