@@ -91,7 +91,7 @@ def _dashboard(uid: str, title: str, about: str, tags: list[str]) -> db.Dashboar
 def _faults_annotation() -> db.AnnotationQuery:
     """A mark at every fault: the scrape in which the run's fault counter of a kind went up."""
     return (db.AnnotationQuery().name("Faults").datasource(DATASOURCE).enable(True).icon_color("red")
-            .target(pb.Dataquery().expr(f'sum by (kind) (changes(snekbed_faults_total{{{RUN}}}[6s])) > 0')
+            .target(pb.Dataquery().expr(f'sum by (kind) (changes(snekbed_faults_total{{{RUN}}}[15s])) > 0')
                     .legend_format("{{kind}}").interval("2s").ref_id("faults")))
 
 

@@ -97,8 +97,8 @@ class RunMetrics:
                              registry=r)
         self._pings = Counter("snekbed_pings", "Pings of the run's traffic, by mode and result (received, lost).",
                               [*run, "mode", "result"], registry=r)
-        self.registry.register(_SinceLastFault(self))
         self.last_fault_wall: float | None = None
+        self.registry.register(_SinceLastFault(self))
         for kind in FAULT_KINDS:  # counters of a bounded label set start at 0, so increase() sees the first fault
             self._faults.labels(run_id, kind)
         for mode in ("snek", "tree"):
