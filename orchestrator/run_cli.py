@@ -25,6 +25,7 @@ import click
 from node.core.variants import VariantError, VariantSpec
 
 from .backends.docker_net import DEFAULT_POOL, DockerBackendError
+from .monitoring import monitor_docker_run
 from .runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
 from .sim import run_sim_sync
 from .sim_cli import _table, config_from_topology, refused_sentence
@@ -133,10 +134,15 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
 @click.option("--variant", "variant_text", default=None, metavar="NAME[,KNOB=VALUE...]",
               help="Protocol variant of every node that does not name its own (docs/variants.md) [default: snek].")
 @click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE", help="A variant knob for those nodes; repeatable.")
+@click.option("--monitoring", is_flag=True,
+              help="Docker: also run Prometheus for the run (on its control network, UI on 127.0.0.1; its URL is "
+                   "printed) scraping every node; `snekbed down` removes it with the run. docs/monitoring.md")
+@click.option("--prometheus-image", default=None, metavar="IMAGE",
+              help="Prometheus image for --monitoring [default: build or reuse snekbed-prometheus, no registry needed].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | None, seed: int, timeout_s: float,
        shaping: str, address_pool: str | None, image: str | None, workers: int, variant_text: str | None,
-       knobs: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+       knobs: tuple[str, ...], monitoring: bool, prometheus_image: str | None, as_json: bool) -> None:  # fmt: skip
     """Bring TOPOLOGY up and wait until it has converged (or --timeout-s passes)."""
     topo = _load(topology)  # before anything else: a bad file creates nothing
     if variant_text is not None or knobs:
@@ -150,12 +156,15 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
     except RunError as exc:
         raise click.ClickException(str(exc)) from None
     if backend_name == "inproc":
+        if monitoring:
+            raise click.UsageError("--monitoring runs Prometheus next to Docker nodes; watch an in-process run with "
+                                   "`snekbed sim --clock real --metrics HOST:PORT`")
         _up_inproc(topo, run, seed=seed, timeout_s=timeout_s, as_json=as_json)
         return
     err = _console(stderr=True)
     try:
         out = _up_docker(topo, run, seed=seed, timeout_s=timeout_s, shaping=shaping, pool=address_pool, image=image,
-                         workers=workers, as_json=as_json)
+                         workers=workers, as_json=as_json, monitoring=monitoring, prometheus_image=prometheus_image)
     except KeyboardInterrupt:
         err.print(f"[red]interrupted[/]: {_rolled_back(run)}")
         sys.exit(130)
@@ -164,11 +173,12 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
 
 
 def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shaping: str, pool: str | None,
-               image: str | None, workers: int, as_json: bool) -> dict[str, Any]:
+               image: str | None, workers: int, as_json: bool, monitoring: bool = False,
+               prometheus_image: str | None = None) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .backends.docker_session import choose_shaping, start_run
-    from .image import ImageError, build_node_image
+    from .image import ImageError, build_node_image, build_prometheus_image
 
     backend = _backend(pool, workers)
     err = _console(stderr=True)
@@ -197,15 +207,25 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
                 bar.update(task("converged nodes", total), completed=ok, total=total,
                            description=f"converged nodes ({elapsed:.1f} s)")
 
+            if monitoring and prometheus_image is None:
+                prometheus_image = build_prometheus_image(backend.client)
             session, result, conv = start_run(topo, run, backend=backend, image=image, seed=seed,
                                               shaping=shaping_choice, timeout_s=timeout_s, progress=progress,
                                               converge_progress=converging)
         except (DockerBackendError, ImageError, RunError) as exc:
             raise click.ClickException(f"{exc}\n({_rolled_back(run)})") from None
+    prometheus_url = None
+    if monitoring:
+        assert prometheus_image is not None
+        try:
+            prometheus_url = monitor_docker_run(backend.client, result.plan, image=prometheus_image).prometheus.url
+        except (OSError, RuntimeError) as exc:
+            raise click.ClickException(f"{exc}\n(the run is up: `snekbed down --run-id {run.run_id}` removes it)")
+        run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name, "nodes": len(result.containers),
            "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
            "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
-           "links_refused": run.meta().get("links_refused", [])}
+           "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url}
     if out["links_refused"]:
         click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
     if as_json:
@@ -217,6 +237,8 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
         con.print(f"{state}: tree {_fmt(conv.tree_s)} s, snake {_fmt(conv.snake_s)} s after the last container "
                   f"started; networks {result.network_s:.1f} s, containers {result.container_s:.1f} s; "
                   f"shaping {result.shaping_backend}; run dir {run.path}")
+        if prometheus_url:
+            con.print(f"Prometheus: {prometheus_url} (scrapes every node of the run; removed by snekbed down)")
     return out
 
 
