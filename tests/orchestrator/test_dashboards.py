@@ -85,3 +85,12 @@ def test_promtool_accepts_every_generated_scrape_config() -> None:
     for path in sorted((REPO / "compose" / "prometheus").glob("*.yml")):
         done = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True)
         assert done.returncode == 0, (path, done.stdout + done.stderr)
+
+
+def test_docs_list_every_panel_with_its_question() -> None:
+    text = (REPO / "docs" / "monitoring.md").read_text()
+    for path in DEFAULT_DIR.glob("*.json"):
+        for panel in json.loads(path.read_text())["panels"]:
+            if panel.get("type") != "row":
+                assert f"| {panel['title']} | {panel['type']} | {panel['description']} |" in text, (path.name,
+                                                                                                   panel["title"])
