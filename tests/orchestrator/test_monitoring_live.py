@@ -186,3 +186,30 @@ def test_compose_monitoring_profile_scrapes_every_node_and_goes_down(client: obj
         left = client.api.containers(all=True, filters={"label": f"com.docker.compose.project={project}"})  # type: ignore[attr-defined]
         nets = client.api.networks(filters={"label": f"com.docker.compose.project={project}"})  # type: ignore[attr-defined]
         assert done.returncode == 0 and not left and not nets, (done.stderr, left, nets)
+
+
+def test_up_with_monitoring_starts_prometheus_for_the_run_and_down_removes_it(client: object, image: str,
+                                                                               tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "up", str(REPO / "compose" / "topologies" /
+                           "line-5.yaml"), "--image", image, "--runs-dir", str(runs), "--monitoring", "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)  # fmt: skip
+    out = json.loads(done.stdout) if done.stdout.strip() else {}
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        url = out["prometheus"]
+        assert url.startswith("http://127.0.0.1:")
+        deadline, up = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            active = _api(url, "targets", state="active")["activeTargets"]
+            up = sorted(t["labels"]["node"] for t in active if t["labels"]["job"] == "snek-nodes" and t["health"] == "up")
+            if len(up) == 5:
+                break
+            time.sleep(1)
+        assert up == ["n01", "n02", "n03", "n04", "n05"]
+        assert all(t["labels"]["run"] == out["run_id"] for t in active if t["labels"]["job"] == "snek-nodes")
+    finally:
+        if out.get("run_id"):
+            subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", out["run_id"],
+                            "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO, timeout=300)
+            assert labelled(client, f"snekbed.run={out['run_id']}") == (0, 0)
