@@ -23,20 +23,20 @@ snek_parent_changes_total               counter
 snek_bootstraps_sent_total              counter
 snek_bootstraps_accepted_total          counter
 snek_bootstraps_rejected_total          counter    reason
-snek_frames_received_total              counter    type
-snek_frames_sent_total                  counter    type
-snek_frames_dropped_total               counter    type, reason
-snek_bytes_received_total               counter    link_class
-snek_bytes_sent_total                   counter    link_class
+snek_received_frames_total              counter    type
+snek_sent_frames_total                  counter    type
+snek_dropped_frames_total               counter    type, reason
+snek_received_bytes_total               counter    link_class
+snek_sent_bytes_total                   counter    link_class
 snek_handshake_failures_total           counter    reason
 snek_peer_disconnects_total             counter    reason
 snek_dial_failures_total                counter
-snek_frames_delivered_total             counter
+snek_delivered_frames_total             counter
 snek_queued_frames                      gauge      queue (protocol, traffic)
 snek_pings_total                        counter    mode, result
 snek_ping_rtt_seconds                   histogram  mode
-snek_event_lines_suppressed_total       counter    event
-snek_events_unknown_total               counter    event (kinds the event schema does not know;
+snek_suppressed_event_lines_total       counter    event
+snek_unknown_events_total               counter    event (kinds the event schema does not know;
                                                    not written to the log, warned once per kind)
 snek_internal_errors_total              counter
 process_*                               (prometheus-client ProcessCollector)
@@ -75,6 +75,7 @@ from contract.frames import FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE, frame_type_nam
 from contract.links import default_classes
 from node.config import HostPort
 from node.core.errors import HANDSHAKE_REASONS
+from node.events import shaper_counts
 from node.httpserve import serve_app
 from node.view import NodeView
 
@@ -111,11 +112,11 @@ class NodeCollector(Collector):
 
         root = st["root"]
         yield _gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if st["parent"] is None else 0)
-        yield _info("snek_root", "The current root (key and sequence).", {"key": root["key"], "sequence": str(root["sequence"])})
+        yield _info("snek_root", "The current root's key (its sequence is snek_root_sequence).", {"key": root["key"]})
         yield _gauge("snek_root_sequence", "Sequence number of the current root announcement.", root["sequence"])
         yield _gauge("snek_tree_depth", "Hops from the root (length of our coordinates).", len(st["coords"]))
         desc = st["descending"]
-        yield _info("snek_descending", "The descending SNEK neighbour ('' when none).", {"key": desc or ""})
+        yield _gauge("snek_descending_present", "1 when this node has a descending SNEK neighbour.", 1 if desc else 0)
         yield _gauge("snek_routing_table_entries", "Entries in the SNEK routing table.", st["routing_table_size"])
 
         ev = c.events
@@ -141,27 +142,43 @@ class NodeCollector(Collector):
             queued_p += len(p.protocol)
             queued_t += len(p.traffic)
         for name, doc, values in (
-            ("snek_frames_received", "Frames received from peers, by type.", rx),
-            ("snek_frames_sent", "Frames written to peers, by type.", tx),
+            ("snek_received_frames", "Frames received from peers, by type.", rx),
+            ("snek_sent_frames", "Frames written to peers, by type.", tx),
         ):
             m = CounterMetricFamily(name, doc, labels=["type"])
             for t, label in enumerate(_TYPE_LABELS):
                 m.add_metric([label], values[t])
             yield m
         for direction in ("received", "sent"):
-            m = CounterMetricFamily(f"snek_bytes_{direction}", f"Frame bytes {direction}, by link class.", labels=["link_class"])
+            m = CounterMetricFamily(f"snek_{direction}_bytes", f"Frame bytes {direction}, by link class.", labels=["link_class"])
             for cls in sorted(set(_LINK_CLASSES) | {c for d, c in bytes_by if d == direction}):
                 m.add_metric([cls], bytes_by.get((direction, cls), 0))
             yield m
+
+        shaped = Counter(n.frame_stats.closed_shaper)
+        for p in n.peers.values():
+            for what, v in shaper_counts(p).items():
+                shaped[(what, p.link.link_class)] += v
+        classes = sorted(set(_LINK_CLASSES) | {cls for _, cls in shaped})
+        m = CounterMetricFamily("snek_shaper_delayed_frames", "Frames the userspace link shaper delivered late "
+                                "(delay, jitter, rate), by link class.", labels=["link_class"])
+        for cls in classes:
+            m.add_metric([cls], shaped.get(("delayed", cls), 0))
+        yield m
+        m = CounterMetricFamily("snek_shaper_dropped_frames", "Frames the userspace link shaper dropped, by link "
+                                "class and reason (queue: its queue was full; loss: the shape's loss).",
+                                labels=["link_class", "reason"])
+        for cls in classes:
+            for reason in ("queue", "loss"):
+                m.add_metric([cls, reason], shaped.get((reason, cls), 0))
+        yield m
 
         drops = Counter(c.drops)
         for key, v in rc.items():
             if key[0] == "frame_dropped":
                 t = key[1]
                 drops[(frame_type_name(t), key[2])] += v
-        m = CounterMetricFamily("snek_frames_dropped", "Frames dropped, by type and reason.", labels=["type", "reason"])
-        if not drops:
-            m.add_metric(["traffic", "queue_full"], 0)
+        m = CounterMetricFamily("snek_dropped_frames", "Frames dropped, by type and reason.", labels=["type", "reason"])
         for (t, reason), v in sorted(drops.items()):
             m.add_metric([t, reason], v)
         yield m
@@ -177,14 +194,12 @@ class NodeCollector(Collector):
             if key[0] == "disconnect":
                 disc[key[1]] += v
         m = CounterMetricFamily("snek_peer_disconnects", "Peerings ended, by reason.", labels=["reason"])
-        if not disc:
-            m.add_metric(["eof"], 0)
         for reason, v in sorted(disc.items()):
             m.add_metric([reason], v)
         yield m
 
         yield _counter("snek_dial_failures", "Outgoing connection attempts that failed.", c.dial_failures)
-        yield _counter("snek_frames_delivered", "Traffic frames delivered to this node's application.", c.delivered_frames)
+        yield _counter("snek_delivered_frames", "Traffic frames delivered to this node's application.", c.delivered_frames)
         q = GaugeMetricFamily("snek_queued_frames", "Frames waiting in peer queues.", labels=["queue"])
         q.add_metric(["protocol"], queued_p)
         q.add_metric(["traffic"], queued_t)
@@ -194,11 +209,11 @@ class NodeCollector(Collector):
             for result in ("received", "lost"):
                 m.add_metric([mode, result], c.pings.get((mode, result), 0))
         yield m
-        m = CounterMetricFamily("snek_event_lines_suppressed", "Event lines held back by rate limits.", labels=["event"])
+        m = CounterMetricFamily("snek_suppressed_event_lines", "Event lines held back by rate limits.", labels=["event"])
         m.add_metric(["bootstrap_rejected"], n.lines_suppressed().get("bootstrap_rejected", 0))
         yield m
         m = CounterMetricFamily(
-            "snek_events_unknown", "Router events of a kind the event schema does not know (not logged).", labels=["event"]
+            "snek_unknown_events", "Router events of a kind the event schema does not know (not logged).", labels=["event"]
         )
         for kind, v in sorted(c.events_unknown.items()):
             m.add_metric([kind], v)
