@@ -5,7 +5,7 @@ SNEK-routed traffic to C's key in a closed loop (``POST /traffic``: at most
 ``--inflight`` frames unacknowledged; C acknowledges every 16 frames, so B also
 forwards one small ack per 16 frames back to A). B's CPU time comes from
 ``/proc/<pid>/stat`` (user + system) and its forwarded frame count from its
-``snek_frames_sent_total{type="traffic"}``, so "CPU per forwarded frame" counts
+``snek_sent_frames_total{type="traffic"}``, so "CPU per forwarded frame" counts
 the acks B forwards too.
 
     .venv/bin/python benchmarks/forwarding_bench.py            # 64 B and 1200 B payloads
@@ -109,11 +109,11 @@ def run(sizes: list[int], count: int, inflight: int, pin: bool) -> list[dict]:
             for size in sizes:
                 body = {"key": c.key, "payload_bytes": size, "inflight": inflight, "timeout_s": 600}
                 a.http.post("/traffic", json={**body, "count": min(5000, count)})  # warm-up
-                fwd0 = b.metric("snek_frames_sent_total", type="traffic")
+                fwd0 = b.metric("snek_sent_frames_total", type="traffic")
                 cpu0 = {p.name: cpu_s(p.p.pid) for p in procs}
                 res = a.http.post("/traffic", json={**body, "count": count}).json()
                 cpu1 = {p.name: cpu_s(p.p.pid) for p in procs}
-                forwarded = b.metric("snek_frames_sent_total", type="traffic") - fwd0
+                forwarded = b.metric("snek_sent_frames_total", type="traffic") - fwd0
                 b_cpu = cpu1["B"] - cpu0["B"]
                 row = {
                     "payload_bytes": size,

@@ -81,6 +81,7 @@ class ShaperStats:
     frames: int = 0
     bytes: int = 0
     delivered: int = 0
+    delayed: int = 0  # frames delivered later than offered (delay, jitter, rate, a retransmission)
     dropped_queue: int = 0
     dropped_loss: int = 0
     dropped_corrupt: int = 0
@@ -155,9 +156,11 @@ class LinkShaper:
         duplicate = self._chance(shape.duplicate_pct)
         reorder = self._chance(shape.reorder_pct)
 
-        if self.ordered:
-            return self._send_stream(tx_end, lost, corrupt)
-        return self._send_datagram(tx_end, lost, corrupt, duplicate, reorder)
+        verdict = (self._send_stream(tx_end, lost, corrupt) if self.ordered
+                   else self._send_datagram(tx_end, lost, corrupt, duplicate, reorder))
+        if verdict.deliver_at and verdict.deliver_at[0] > now:
+            self.stats.delayed += 1
+        return verdict
 
     def backlog(self, now: float) -> int:
         """Frames waiting for the serialiser at ``now`` (not counting the one being sent)."""

@@ -131,6 +131,14 @@ class EventLog:
                     self._f.close()
 
 
+def shaper_counts(peer: Any) -> dict[str, int]:
+    """A peer's userspace shaper counters: frames ``delayed``, dropped by the ``queue``, dropped by ``loss``."""
+    stats = getattr(getattr(peer, "shaper", None), "stats", None)
+    if stats is None:
+        return {}
+    return {"delayed": stats.delayed, "queue": stats.dropped_queue, "loss": stats.dropped_loss}
+
+
 class _Counted(Protocol):
     """What FrameStats reads from a peer (node.peer.PeerConn)."""
 
@@ -155,6 +163,7 @@ class FrameStats:
     def __init__(self, now: float, ntypes: int) -> None:
         self.closed_frames = ([0] * ntypes, [0] * ntypes)  # received, sent; by type
         self.closed_bytes: Counter[tuple[str, str]] = Counter()  # (direction, link class)
+        self.closed_shaper: Counter[tuple[str, str]] = Counter()  # (delayed | queue | loss, link class)
         self._cells: dict[tuple[str, str, str], list[int]] = {}
         self._since = now
         self._folded: set[int] = set()
@@ -190,6 +199,8 @@ class FrameStats:
             self.closed_frames[1][t] += peer.tx_frames[t]
         self.closed_bytes[("received", cls)] += sum(peer.rx_bytes)
         self.closed_bytes[("sent", cls)] += sum(peer.tx_bytes)
+        for what, n in shaper_counts(peer).items():
+            self.closed_shaper[(what, cls)] += n
 
     def emit(self, log: EventLog, peers: Iterable[_Counted], now: float) -> None:
         """Write one frame_stats event per non-empty cell of the interval ending ``now``."""

@@ -7,40 +7,10 @@ histogram and the process collector. Naming follows Prometheus practice: prefix
 ``snek_``, base units, ``_total`` counters, bounded labels (frame type, reason,
 link class); keys appear only as labels of ``_info`` gauges.
 
-======================================  =========  ==========================================
-metric                                  type       labels
-======================================  =========  ==========================================
-snek_node_info                          info       key, name, version, variant, variant_spec
-snek_peers                              gauge      link_class
-snek_is_root                            gauge
-snek_root_info                          info       key, sequence
-snek_root_sequence                      gauge
-snek_tree_depth                         gauge
-snek_descending_info                    info       key ("" when none)
-snek_routing_table_entries              gauge
-snek_root_changes_total                 counter
-snek_parent_changes_total               counter
-snek_bootstraps_sent_total              counter
-snek_bootstraps_accepted_total          counter
-snek_bootstraps_rejected_total          counter    reason
-snek_frames_received_total              counter    type
-snek_frames_sent_total                  counter    type
-snek_frames_dropped_total               counter    type, reason
-snek_bytes_received_total               counter    link_class
-snek_bytes_sent_total                   counter    link_class
-snek_handshake_failures_total           counter    reason
-snek_peer_disconnects_total             counter    reason
-snek_dial_failures_total                counter
-snek_frames_delivered_total             counter
-snek_queued_frames                      gauge      queue (protocol, traffic)
-snek_pings_total                        counter    mode, result
-snek_ping_rtt_seconds                   histogram  mode
-snek_event_lines_suppressed_total       counter    event
-snek_events_unknown_total               counter    event (kinds the event schema does not know;
-                                                   not written to the log, warned once per kind)
-snek_internal_errors_total              counter
-process_*                               (prometheus-client ProcessCollector)
-======================================  =========  ==========================================
+Every series, with its labels, unit and the question it answers, is in docs/metrics.md. The
+collector builds a :class:`NodeSnapshot` per scrape and :class:`FamilySet` turns snapshots into
+families, so an in-process network (orchestrator/inproc_metrics.py) exports the same families with a
+``node`` label.
 
 The collector sees the node only through :class:`node.view.NodeView`.
 """
@@ -49,7 +19,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import trio
 from prometheus_client import (
@@ -75,15 +47,192 @@ from contract.frames import FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE, frame_type_nam
 from contract.links import default_classes
 from node.config import HostPort
 from node.core.errors import HANDSHAKE_REASONS
+from node.events import shaper_counts
 from node.httpserve import serve_app
 from node.view import NodeView
 
-__all__ = ["PING_BUCKETS_S", "NodeCollector", "NodeMetrics", "build_app", "serve"]
+__all__ = ["PING_BUCKETS_S", "FamilySet", "NodeCollector", "NodeMetrics", "NodeSnapshot", "add_router_counters",
+           "build_app", "serve", "snapshot_of"]
 
 PING_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _LINK_CLASSES = tuple(default_classes())
 _BOOTSTRAP_REJECT_REASONS = ("malformed", "bad_signature", "root_mismatch", "replay")
 _TYPE_LABELS = (*FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE)
+
+
+@dataclass(slots=True)
+class NodeSnapshot:
+    """Everything one node's ``snek_*`` families are made of, read at one scrape.
+
+    A TCP node fills it from its :class:`~node.view.NodeView` (:func:`snapshot_of`); the in-process
+    backend fills it from its simulated nodes, so both export the same families.
+    """
+
+    key: str
+    name: str
+    version: str
+    variant: str
+    variant_spec: str
+    root_key: str
+    root_sequence: int
+    is_root: bool
+    depth: int
+    has_descending: bool
+    table_size: int
+    peers: Counter[str] = field(default_factory=Counter)  # link class -> up peerings
+    events: Mapping[str, int] = field(default_factory=dict)  # router event kind -> count
+    router: Mapping[tuple[Any, ...], int] = field(default_factory=dict)  # the router's own counters
+    rx_frames: list[int] = field(default_factory=lambda: [0] * len(_TYPE_LABELS))  # by frame type slot
+    tx_frames: list[int] = field(default_factory=lambda: [0] * len(_TYPE_LABELS))
+    bytes: Counter[tuple[str, str]] = field(default_factory=Counter)  # (received | sent, link class)
+    shaped: Counter[tuple[str, str]] = field(default_factory=Counter)  # (delayed | queue | loss, link class)
+    drops: Counter[tuple[str, str]] = field(default_factory=Counter)  # (frame type name, reason), shell and router
+    handshake_failures: Mapping[str, int] = field(default_factory=dict)
+    disconnects: Counter[str] = field(default_factory=Counter)
+    dial_failures: int = 0
+    delivered_frames: int = 0
+    queued: tuple[int, int] = (0, 0)  # protocol, traffic
+    pings: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (mode, received | lost)
+    lines_suppressed: Mapping[str, int] = field(default_factory=dict)
+    events_unknown: Mapping[str, int] = field(default_factory=dict)
+    internal_errors: int = 0
+
+
+def snapshot_of(n: NodeView) -> NodeSnapshot:
+    """A TCP node's snapshot: its router's state and counters, its peers' and the shell's counters."""
+    c = n.counters
+    rc = n.router_counters()
+    st = n.state()
+    root = st["root"]
+    snap = NodeSnapshot(
+        key=n.key.hex(), name=n.name or "", version=n.version, variant=str(st.get("variant", "")),
+        variant_spec=str(st.get("variant_spec", st.get("variant", ""))), root_key=root["key"],
+        root_sequence=root["sequence"], is_root=st["parent"] is None, depth=len(st["coords"]),
+        has_descending=bool(st["descending"]), table_size=st["routing_table_size"], events=c.events, router=rc,
+        handshake_failures=c.handshake_failures, dial_failures=c.dial_failures,
+        delivered_frames=c.delivered_frames, pings=c.pings, lines_suppressed=n.lines_suppressed(),
+        events_unknown=c.events_unknown, internal_errors=c.internal_errors,
+    )  # fmt: skip
+    snap.rx_frames = list(n.frame_stats.closed_frames[0])
+    snap.tx_frames = list(n.frame_stats.closed_frames[1])
+    snap.bytes = Counter(n.frame_stats.closed_bytes)
+    snap.shaped = Counter(n.frame_stats.closed_shaper)
+    queued_p = queued_t = 0
+    for p in n.peers.values():
+        cls = p.link.link_class
+        snap.peers[cls] += 1
+        for t in range(len(snap.rx_frames)):
+            snap.rx_frames[t] += p.rx_frames[t]
+            snap.tx_frames[t] += p.tx_frames[t]
+        snap.bytes[("received", cls)] += sum(p.rx_bytes)
+        snap.bytes[("sent", cls)] += sum(p.tx_bytes)
+        for what, v in shaper_counts(p).items():
+            snap.shaped[(what, cls)] += v
+        queued_p += len(p.protocol)
+        queued_t += len(p.traffic)
+    snap.queued = (queued_p, queued_t)
+    snap.drops = Counter(c.drops)
+    snap.disconnects = Counter(c.disconnects)
+    add_router_counters(snap, rc)
+    return snap
+
+
+def add_router_counters(snap: NodeSnapshot, rc: Mapping[tuple[Any, ...], int]) -> None:
+    """Fold the router's drop and disconnect counters into ``snap``'s."""
+    for key, v in rc.items():
+        if key[0] == "frame_dropped":
+            snap.drops[(frame_type_name(key[1]), key[2])] += v
+        elif key[0] == "disconnect":
+            snap.disconnects[key[1]] += v
+
+
+class FamilySet:
+    """The ``snek_*`` families of one or more nodes; ``extra`` label names (e.g. ``node``) go first."""
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.extra = extra
+        self._fams: dict[str, Metric] = {}
+
+    def _fam(self, kind: type[Metric], name: str, doc: str, labels: tuple[str, ...] = ()) -> Metric:
+        fam = self._fams.get(name)
+        if fam is None:
+            fam = self._fams[name] = kind(name, doc, labels=[*self.extra, *labels])
+        return fam
+
+    def add(self, s: NodeSnapshot, extra: tuple[str, ...] = ()) -> None:
+        """Add one node's samples (``extra``: its values of the extra labels)."""
+
+        def gauge(name: str, doc: str, value: float, labels: tuple[str, ...] = (), values: tuple[str, ...] = ()) -> None:
+            self._fam(GaugeMetricFamily, name, doc, labels).add_metric([*extra, *values], value)
+
+        def counter(name: str, doc: str, value: float, labels: tuple[str, ...] = (), values: tuple[str, ...] = ()) -> None:
+            self._fam(CounterMetricFamily, name, doc, labels).add_metric([*extra, *values], value)
+
+        def info(name: str, doc: str, labels: dict[str, str]) -> None:
+            self._fam(InfoMetricFamily, name, doc).add_metric([*extra], labels)  # family labels: the extra ones
+
+        info("snek_node", "This node's identity and protocol variant.", {
+            "key": s.key, "name": s.name, "version": s.version, "variant": s.variant, "variant_spec": s.variant_spec})
+        for cls in sorted(set(_LINK_CLASSES) | set(s.peers)):
+            gauge("snek_peers", "Connected peers by link class.", s.peers.get(cls, 0), ("link_class",), (cls,))
+        gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if s.is_root else 0)
+        info("snek_root", "The current root's key (its sequence is snek_root_sequence).", {"key": s.root_key})
+        gauge("snek_root_sequence", "Sequence number of the current root announcement.", s.root_sequence)
+        gauge("snek_tree_depth", "Hops from the root (length of our coordinates).", s.depth)
+        gauge("snek_descending_present", "1 when this node has a descending SNEK neighbour.",
+              1 if s.has_descending else 0)
+        gauge("snek_routing_table_entries", "Entries in the SNEK routing table.", s.table_size)
+        counter("snek_root_changes", "Root changes seen.", s.events.get("root_changed", 0))
+        counter("snek_parent_changes", "Parent changes.", s.events.get("parent_changed", 0))
+        rc = s.router
+        counter("snek_bootstraps_sent", "Bootstraps sent.", rc.get(("bootstrap_sent",), 0))
+        counter("snek_bootstraps_accepted", "Bootstraps accepted (at any hop).", rc.get(("bootstrap_accepted",), 0))
+        reasons = Counter({k[1]: v for k, v in rc.items() if k[0] == "bootstrap_rejected"})
+        for reason in sorted(set(_BOOTSTRAP_REJECT_REASONS) | set(reasons)):
+            counter("snek_bootstraps_rejected", "Bootstraps rejected, by reason.", reasons.get(reason, 0),
+                    ("reason",), (reason,))
+        for t, label in enumerate(_TYPE_LABELS):
+            counter("snek_received_frames", "Frames received from peers, by type.", s.rx_frames[t], ("type",), (label,))
+        for t, label in enumerate(_TYPE_LABELS):
+            counter("snek_sent_frames", "Frames written to peers, by type.", s.tx_frames[t], ("type",), (label,))
+        for direction in ("received", "sent"):
+            for cls in sorted(set(_LINK_CLASSES) | {c for d, c in s.bytes if d == direction}):
+                counter(f"snek_{direction}_bytes", f"Frame bytes {direction}, by link class.",
+                        s.bytes.get((direction, cls), 0), ("link_class",), (cls,))
+        classes = sorted(set(_LINK_CLASSES) | {cls for _, cls in s.shaped})
+        for cls in classes:
+            counter("snek_shaper_delayed_frames", "Frames the userspace link shaper delivered late (delay, jitter, "
+                    "rate), by link class.", s.shaped.get(("delayed", cls), 0), ("link_class",), (cls,))
+        for cls in classes:
+            for reason in ("queue", "loss"):
+                counter("snek_shaper_dropped_frames", "Frames the userspace link shaper dropped, by link class and "
+                        "reason (queue: its queue was full; loss: the shape's loss).", s.shaped.get((reason, cls), 0),
+                        ("link_class", "reason"), (cls, reason))
+        for (t, reason), v in sorted(s.drops.items()):
+            counter("snek_dropped_frames", "Frames dropped, by type and reason.", v, ("type", "reason"), (t, reason))
+        for reason in sorted(set(HANDSHAKE_REASONS) | {"timeout", "eof", "io_error", "overload"}
+                             | set(s.handshake_failures)):  # fmt: skip
+            counter("snek_handshake_failures", "Failed handshakes, by reason.", s.handshake_failures.get(reason, 0),
+                    ("reason",), (reason,))
+        for reason, v in sorted(s.disconnects.items()):
+            counter("snek_peer_disconnects", "Peerings ended, by reason.", v, ("reason",), (reason,))
+        counter("snek_dial_failures", "Outgoing connection attempts that failed.", s.dial_failures)
+        counter("snek_delivered_frames", "Traffic frames delivered to this node's application.", s.delivered_frames)
+        for queue, v in zip(("protocol", "traffic"), s.queued, strict=True):
+            gauge("snek_queued_frames", "Frames waiting in peer queues.", v, ("queue",), (queue,))
+        for mode in ("snek", "tree"):
+            for result in ("received", "lost"):
+                counter("snek_pings", "Pings finished, by mode and result.", s.pings.get((mode, result), 0),
+                        ("mode", "result"), (mode, result))
+        counter("snek_suppressed_event_lines", "Event lines held back by rate limits.",
+                s.lines_suppressed.get("bootstrap_rejected", 0), ("event",), ("bootstrap_rejected",))
+        for kind, v in sorted(s.events_unknown.items()):
+            counter("snek_unknown_events", "Router events of a kind the event schema does not know (not logged).",
+                    v, ("event",), (kind,))
+        counter("snek_internal_errors", "Bugs caught at a peer boundary (should stay 0).", s.internal_errors)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._fams.values()
 
 
 class NodeCollector(Collector):
@@ -93,131 +242,9 @@ class NodeCollector(Collector):
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
-        n = self.node
-        c = n.counters
-        rc = n.router_counters()
-        st = n.state()
-
-        yield _info("snek_node", "This node's identity and protocol variant.", {
-            "key": n.key.hex(), "name": n.name or "", "version": n.version,
-            "variant": str(st.get("variant", "")), "variant_spec": str(st.get("variant_spec", st.get("variant", ""))),
-        })  # fmt: skip
-
-        peers = GaugeMetricFamily("snek_peers", "Connected peers by link class.", labels=["link_class"])
-        by_class = Counter(p.link.link_class for p in n.peers.values())
-        for cls in sorted(set(_LINK_CLASSES) | set(by_class)):
-            peers.add_metric([cls], by_class.get(cls, 0))
-        yield peers
-
-        root = st["root"]
-        yield _gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if st["parent"] is None else 0)
-        yield _info("snek_root", "The current root (key and sequence).", {"key": root["key"], "sequence": str(root["sequence"])})
-        yield _gauge("snek_root_sequence", "Sequence number of the current root announcement.", root["sequence"])
-        yield _gauge("snek_tree_depth", "Hops from the root (length of our coordinates).", len(st["coords"]))
-        desc = st["descending"]
-        yield _info("snek_descending", "The descending SNEK neighbour ('' when none).", {"key": desc or ""})
-        yield _gauge("snek_routing_table_entries", "Entries in the SNEK routing table.", st["routing_table_size"])
-
-        ev = c.events
-        yield _counter("snek_root_changes", "Root changes seen.", ev.get("root_changed", 0))
-        yield _counter("snek_parent_changes", "Parent changes.", ev.get("parent_changed", 0))
-        yield _counter("snek_bootstraps_sent", "Bootstraps sent.", rc.get(("bootstrap_sent",), 0))
-        yield _counter("snek_bootstraps_accepted", "Bootstraps accepted (at any hop).", rc.get(("bootstrap_accepted",), 0))
-        rej = CounterMetricFamily("snek_bootstraps_rejected", "Bootstraps rejected, by reason.", labels=["reason"])
-        reasons = Counter({k[1]: v for k, v in rc.items() if k[0] == "bootstrap_rejected"})
-        for reason in sorted(set(_BOOTSTRAP_REJECT_REASONS) | set(reasons)):
-            rej.add_metric([reason], reasons.get(reason, 0))
-        yield rej
-
-        rx, tx = list(n.frame_stats.closed_frames[0]), list(n.frame_stats.closed_frames[1])
-        bytes_by = Counter(n.frame_stats.closed_bytes)
-        queued_p = queued_t = 0
-        for p in n.peers.values():
-            for t in range(len(rx)):
-                rx[t] += p.rx_frames[t]
-                tx[t] += p.tx_frames[t]
-            bytes_by[("received", p.link.link_class)] += sum(p.rx_bytes)
-            bytes_by[("sent", p.link.link_class)] += sum(p.tx_bytes)
-            queued_p += len(p.protocol)
-            queued_t += len(p.traffic)
-        for name, doc, values in (
-            ("snek_frames_received", "Frames received from peers, by type.", rx),
-            ("snek_frames_sent", "Frames written to peers, by type.", tx),
-        ):
-            m = CounterMetricFamily(name, doc, labels=["type"])
-            for t, label in enumerate(_TYPE_LABELS):
-                m.add_metric([label], values[t])
-            yield m
-        for direction in ("received", "sent"):
-            m = CounterMetricFamily(f"snek_bytes_{direction}", f"Frame bytes {direction}, by link class.", labels=["link_class"])
-            for cls in sorted(set(_LINK_CLASSES) | {c for d, c in bytes_by if d == direction}):
-                m.add_metric([cls], bytes_by.get((direction, cls), 0))
-            yield m
-
-        drops = Counter(c.drops)
-        for key, v in rc.items():
-            if key[0] == "frame_dropped":
-                t = key[1]
-                drops[(frame_type_name(t), key[2])] += v
-        m = CounterMetricFamily("snek_frames_dropped", "Frames dropped, by type and reason.", labels=["type", "reason"])
-        if not drops:
-            m.add_metric(["traffic", "queue_full"], 0)
-        for (t, reason), v in sorted(drops.items()):
-            m.add_metric([t, reason], v)
-        yield m
-
-        m = CounterMetricFamily("snek_handshake_failures", "Failed handshakes, by reason.", labels=["reason"])
-        hf = c.handshake_failures
-        for reason in sorted(set(HANDSHAKE_REASONS) | {"timeout", "eof", "io_error", "overload"} | set(hf)):
-            m.add_metric([reason], hf.get(reason, 0))
-        yield m
-
-        disc = Counter(c.disconnects)
-        for key, v in rc.items():
-            if key[0] == "disconnect":
-                disc[key[1]] += v
-        m = CounterMetricFamily("snek_peer_disconnects", "Peerings ended, by reason.", labels=["reason"])
-        if not disc:
-            m.add_metric(["eof"], 0)
-        for reason, v in sorted(disc.items()):
-            m.add_metric([reason], v)
-        yield m
-
-        yield _counter("snek_dial_failures", "Outgoing connection attempts that failed.", c.dial_failures)
-        yield _counter("snek_frames_delivered", "Traffic frames delivered to this node's application.", c.delivered_frames)
-        q = GaugeMetricFamily("snek_queued_frames", "Frames waiting in peer queues.", labels=["queue"])
-        q.add_metric(["protocol"], queued_p)
-        q.add_metric(["traffic"], queued_t)
-        yield q
-        m = CounterMetricFamily("snek_pings", "Pings finished, by mode and result.", labels=["mode", "result"])
-        for mode in ("snek", "tree"):
-            for result in ("received", "lost"):
-                m.add_metric([mode, result], c.pings.get((mode, result), 0))
-        yield m
-        m = CounterMetricFamily("snek_event_lines_suppressed", "Event lines held back by rate limits.", labels=["event"])
-        m.add_metric(["bootstrap_rejected"], n.lines_suppressed().get("bootstrap_rejected", 0))
-        yield m
-        m = CounterMetricFamily(
-            "snek_events_unknown", "Router events of a kind the event schema does not know (not logged).", labels=["event"]
-        )
-        for kind, v in sorted(c.events_unknown.items()):
-            m.add_metric([kind], v)
-        yield m
-        yield _counter("snek_internal_errors", "Bugs caught at a peer boundary (should stay 0).", c.internal_errors)
-
-
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=value)
-
-
-def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-    return CounterMetricFamily(name, doc, value=value)
-
-
-def _info(name: str, doc: str, labels: dict[str, str]) -> InfoMetricFamily:
-    m = InfoMetricFamily(name, doc, labels=list(labels))
-    m.add_metric(list(labels), labels)
-    return m
+        fams = FamilySet()
+        fams.add(snapshot_of(self.node))
+        yield from fams.collect()
 
 
 class NodeMetrics:
@@ -240,7 +267,13 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
-def build_app(metrics: NodeMetrics) -> Starlette:
+class Renders(Protocol):
+    """Anything that renders a Prometheus exposition (a node's NodeMetrics, an in-process network's)."""
+
+    def render(self) -> bytes: ...
+
+
+def build_app(metrics: Renders) -> Starlette:
     """The ``GET /metrics`` ASGI app."""
 
     async def scrape(request: Request) -> Response:
@@ -250,7 +283,7 @@ def build_app(metrics: NodeMetrics) -> Starlette:
 
 
 async def serve(
-    metrics: NodeMetrics,
+    metrics: Renders,
     where: HostPort,
     shutdown_trigger: Callable[[], Awaitable[None]],
     *,

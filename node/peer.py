@@ -278,7 +278,10 @@ class PeerConn:
 
         Frames already held keep their delivery times and the stream's order: later frames queue behind them.
         """
+        old = self.shaper
         self.shaper = LinkShaper(shape, random.Random(self._shaper_seed + 1))
+        if old is not None:
+            self.shaper.stats = old.stats  # the peering's counters go on (metrics count per peering)
         self._lot.unpark_all()
 
     async def _writer(self) -> None:

@@ -14,7 +14,7 @@ drains the router's outputs in one call (``Router.drain``, in :meth:`Node._dispa
   :mod:`node.load`; anything else is counted and discarded: a node has no
   application of its own);
 * ``events``: written to the event log (schema v1), counted for metrics; a kind
-  the schema does not know is counted (``snek_events_unknown_total``) and logged
+  the schema does not know is counted (``snek_unknown_events_total``) and logged
   once at warning level;
 * ``ping_results``: handed to whoever waits in :meth:`Node.ping` (:mod:`node.pings`).
 
@@ -353,7 +353,7 @@ class Node:
         unknown = self.counters.events_unknown
         if not unknown[kind]:
             log.warning("event kind %r is not in the event schema: not written to the event log "
-                        "(counted in snek_events_unknown_total; first fields: %s)", kind, sorted(fields))  # fmt: skip
+                        "(counted in snek_unknown_events_total; first fields: %s)", kind, sorted(fields))  # fmt: skip
         unknown[kind] += 1
 
     def _on_delivered(self, frames: Sequence[Frame]) -> None:

@@ -20,9 +20,12 @@ import networkx as nx
 import trio
 import trio.testing
 
+from node.config import HostPort
 from node.core.variants import VariantSpec
+from node.metrics import serve as serve_metrics
 
 from .backends.inproc import InprocNetwork, SimNode
+from .inproc_metrics import InprocMetrics
 from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
 from .record import RunRecorder, new_run_id, versions
 
@@ -52,6 +55,9 @@ class SimConfig:
     link_options: list[dict[str, Any]] | None = None  # per link: connect() keyword options (link_type, shaper, sized)
     variant: VariantSpec = field(default_factory=VariantSpec)  # every node's variant and knobs ...
     variants: dict[str, VariantSpec] = field(default_factory=dict)  # ... unless named here
+    metrics: HostPort | None = None  # serve every node's metrics here (InprocMetrics), real clock only
+    hold_s: float = 0.0  # after the run, keep the network (and the metrics endpoint) up this long
+    on_serving: Callable[[str], None] | None = None  # told the metrics URL once it is bound
 
 
 def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
@@ -108,6 +114,11 @@ class _Sim:
         self.net.on_event = self._on_event
         if self.recorder is not None:
             self.net.on_frame = self.recorder.on_frame
+        self.metrics: InprocMetrics | None = None
+        if cfg.metrics is not None:
+            self.metrics = InprocMetrics(self.net)
+            self.metrics.attach()
+        self.metrics_url: str | None = None
         self.done = False
         self._graph: tuple[int, nx.Graph] | None = None
         self._changed = True  # a root or descending changed since the last check
@@ -192,6 +203,8 @@ class _Sim:
             res = results.get((a, b))
             ok = res is not None and res.received
             delivered += ok
+            if self.metrics is not None:
+                self.metrics.counts.ping(a, "snek", ok)
             if ok:
                 samples.append((res.links, shortest))
             if self.recorder is not None:
@@ -204,7 +217,24 @@ class _Sim:
     async def run(self) -> dict[str, Any]:
         """The run; when it fails or is cancelled, the recorder still closes its files and writes meta.json."""
         try:
-            return await self._run()
+            if self.metrics is None or self.cfg.metrics is None:
+                return await self._run()
+            async with trio.open_nursery() as nursery:
+                stop = trio.Event()
+                bound = await nursery.start(serve_metrics, self.metrics, self.cfg.metrics, stop.wait)
+                self.metrics_url = f"http://{bound}/metrics"
+                if self.cfg.on_serving is not None:
+                    self.cfg.on_serving(self.metrics_url)
+                try:
+                    out = await self._run()
+                    out["metrics"] = self.metrics_url
+                    if self.cfg.hold_s > 0:
+                        self.progress(f"holding for {self.cfg.hold_s:g} s (metrics on {self.metrics_url})",
+                                      self.net.now)
+                        await self.net.run_until(self.net.now + self.cfg.hold_s)
+                    return out
+                finally:
+                    stop.set()
         except BaseException as exc:
             if self.recorder is not None:
                 self.recorder.abort(self.net, exc)

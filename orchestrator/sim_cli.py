@@ -10,6 +10,7 @@ import click
 
 from contract.links import LinkShape, link_type_number
 from netem.userspace import shaper_factory
+from node.config import parse_hostport
 from node.core.variants import VariantError, VariantSpec
 
 from .sim import SimConfig, run_sim_sync
@@ -113,10 +114,25 @@ def refused_sentence(refused: list[dict]) -> str:
 @click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE",
               help="A variant knob for every node (root_filter, bootstrap_interval, entry_expiry, hop_limiting, "
                    "wakeup_broadcasts). Repeatable.")
+@click.option("--metrics", "metrics_at", default=None, metavar="HOST:PORT",
+              help="Serve every node's metrics on one endpoint, each series with a `node` label (docs/metrics.md); "
+                   "needs --clock real.")
+@click.option("--hold-s", type=float, default=0.0, show_default=True,
+              help="After the run, keep the network and the --metrics endpoint up this many seconds.")
 def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_json: bool, link_delay_ms: float,
         max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
-        knobs: tuple[str, ...]) -> None:
+        knobs: tuple[str, ...], metrics_at: str | None, hold_s: float) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
+    metrics = None
+    if metrics_at is not None:
+        if clock != "real":
+            raise click.UsageError("--metrics needs --clock real: virtual time runs faster than any scrape")
+        try:
+            metrics = parse_hostport(metrics_at, "--metrics")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics") from None
+    if hold_s < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--hold-s")
     try:
         variant = VariantSpec.parse(variant_text).with_knobs(knobs)
     except VariantError as exc:
@@ -129,6 +145,8 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
         topo, clock=clock, seed=seed, pairs=pairs, kill_root=kill_root, link_delay_ms=link_delay_ms,
         max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
     )
+    cfg.metrics, cfg.hold_s = metrics, hold_s
+    cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)
     if as_json:
         out = run_sim_sync(cfg)
         click.echo(json.dumps(out))

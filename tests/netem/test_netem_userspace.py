@@ -197,3 +197,22 @@ def test_shaper_factory_gives_each_link_end_its_own_shaper():
     assert b(0.0, FRAME) == pytest.approx(0.008)  # b's serialiser is independent of a's
     with pytest.raises(ValueError, match="loss_mode"):
         shaper_factory(LinkShape(), loss_mode="sometimes")
+
+
+def test_stats_count_delayed_queue_and_loss_drops_for_the_metrics():
+    s = shaper()  # no shape: nothing is late
+    for i in range(5):
+        s.send(float(i), FRAME)
+    assert (s.stats.delayed, s.stats.dropped_queue, s.stats.dropped_loss) == (0, 0, 0)
+    s = shaper(delay_ms=10)
+    for i in range(5):
+        s.send(float(i), FRAME)
+    assert s.stats.delayed == 5 and s.stats.delivered == 5
+    s = shaper(loss_pct=100)
+    for i in range(7):
+        s.send(float(i), FRAME)
+    assert (s.stats.dropped_loss, s.stats.delayed) == (7, 0)
+    s = LinkShaper(default_classes()["bluetooth"].shape.model_copy(update={"loss_pct": 0.0}), random.Random(1))
+    for _ in range(30):
+        s.send(0.0, FRAME)
+    assert s.stats.dropped_queue == 9 and s.stats.delayed == 21  # 21 accepted, each later than offered

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from nodeproc import Cluster, holds, metric, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +97,26 @@ def test_userspace_shaping_delays_both_directions(cluster: Cluster) -> None:
     assert res["received"] == 5
     assert min(res["rtt_ms"]) >= 80.0, res  # 40 ms each way, added by each side's writer
     assert max(res["rtt_ms"]) < 400.0, res
+
+
+def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:
+    a = cluster.start("sa", "--inbound", "tcp://127.0.0.1?class=remote&delay_ms=20&loss_pct=30")
+    b = cluster.start("sb", "--peer", a.uri("remote", delay_ms=20, loss_pct=30))
+    wait_until(lambda: len(b.state()["peers"]) == 1, 10, what="peering")
+
+    def shaper_samples(node) -> dict:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(node.metrics_text())
+                for s in fam.samples if s.name.startswith("snek_shaper_")}  # fmt: skip
+
+    delayed = ("snek_shaper_delayed_frames_total", (("link_class", "remote"),))
+    lost = ("snek_shaper_dropped_frames_total", (("link_class", "remote"), ("reason", "loss")))
+
+    def enough() -> dict | None:
+        b.ping(a.key, "tree", count=10, timeout_s=1)  # every frame b writes to a is delayed; 30 % are lost
+        got = shaper_samples(b)
+        return got if got[delayed] > 10 and got[lost] >= 1 else None
+
+    got = wait_until(enough, 30, what="shaper counters")
+    assert got[("snek_shaper_dropped_frames_total", (("link_class", "bluetooth"), ("reason", "queue")))] == 0
+    assert got[("snek_shaper_dropped_frames_total", (("link_class", "remote"), ("reason", "queue")))] == 0

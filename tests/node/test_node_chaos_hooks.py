@@ -53,7 +53,7 @@ def test_adversary_flag_drops_from_start(tmp_path: Path) -> None:
         lo = cl.start(low, "--peer", h.uri("remote"), "--adversary", "tree_announcement=100")
         def dropped() -> bool:
             return any('reason="adversary"' in ln and 'type="tree_announcement"' in ln and not ln.endswith(" 0.0")
-                       for ln in lo.metrics_text().splitlines() if ln.startswith("snek_frames_dropped_total"))
+                       for ln in lo.metrics_text().splitlines() if ln.startswith("snek_dropped_frames_total"))
 
         wait_until(dropped, 20, what="the adversary dropped an announcement")
         # without the flag the lower key would take the higher one as its root; it never hears of it

@@ -240,7 +240,7 @@ def test_forged_bootstraps_are_rejected_and_the_peer_stays(line: Cluster) -> Non
         h.send(wire.encode_frame(Frame(FrameType.BOOTSTRAP, destination_key=victim, watermark=INITIAL_WATERMARK, payload=payload)))
     h.send(b"pine\x00\x09\x00\x00" + struct.pack(">H", 14) + b"abcd")  # an unknown frame type: dropped, peer stays
     wait_until(lambda: metric(b, "snek_bootstraps_rejected_total", reason="bad_signature") >= before + 10, 5, what="rejections")
-    wait_until(lambda: metric(b, "snek_frames_dropped_total", type="unknown", reason="unknown_type") >= 1, 5, what="unknown type")
+    wait_until(lambda: metric(b, "snek_dropped_frames_total", type="unknown", reason="unknown_type") >= 1, 5, what="unknown type")
     assert h.closed_within(1) is None and connected(b, h.key)
     h.close()
     still_routing(line)
@@ -251,7 +251,7 @@ def test_traffic_flood_keeps_memory_bounded_and_others_routing(line: Cluster) ->
     h = Hostile(b)
     h.handshake()
     wait_until(lambda: connected(b, h.key), 5, what="hostile peer registered")
-    rx_before = metric(b, "snek_frames_received_total", type="traffic")
+    rx_before = metric(b, "snek_received_frames_total", type="traffic")
     rss_before = rss_bytes(b.pid)
     burst = b"".join(_traffic(h, os.urandom(32), b"f" * 1000) for _ in range(64))  # random destinations, 1 KB each
     h.sock.settimeout(0.5)
@@ -266,7 +266,7 @@ def test_traffic_flood_keeps_memory_bounded_and_others_routing(line: Cluster) ->
             pass  # the node reads as fast as it chooses to: backpressure, not buffering
         if time.monotonic() - t0 > 2 and len(pings) < 3:
             pings.append(line["a"].ping(line["c"].key, "snek", count=1, timeout_s=3)["received"])
-    forwarded = metric(b, "snek_frames_received_total", type="traffic") - rx_before
+    forwarded = metric(b, "snek_received_frames_total", type="traffic") - rx_before
     assert forwarded > 1000, forwarded
     assert sum(pings) >= 2, pings  # a and c keep talking through b during the flood
     assert rss_bytes(b.pid) - rss_before < 64 * 1024 * 1024

@@ -76,7 +76,7 @@ async def test_unknown_event_kinds_are_counted_and_warned_once_per_kind(caplog: 
     assert len(warnings) == 2 and "'made_up'" in warnings[0] and "'also_new'" in warnings[1]
     assert node.counters.events_unknown == {"made_up": 2, "also_new": 1}
     reg = node.metrics.registry
-    assert reg.get_sample_value("snek_events_unknown_total", {"event": "made_up"}) == 2
-    assert reg.get_sample_value("snek_events_unknown_total", {"event": "also_new"}) == 1
-    assert reg.get_sample_value("snek_events_unknown_total", {"event": "root_changed"}) is None
+    assert reg.get_sample_value("snek_unknown_events_total", {"event": "made_up"}) == 2
+    assert reg.get_sample_value("snek_unknown_events_total", {"event": "also_new"}) == 1
+    assert reg.get_sample_value("snek_unknown_events_total", {"event": "root_changed"}) is None
     assert reg.get_sample_value("snek_root_changes_total") == 1
