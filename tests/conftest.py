@@ -41,13 +41,16 @@ def shared_dir() -> Path:
 
 # The suite runs on two workers (pytest -n 2 --dist loadgroup: README, .ci/run). Tests that share a heavy
 # resource stay on one worker: every Spark test on the worker that holds the session's one JVM, every Docker
-# test on one worker so two runs' containers never compete for the 2 cores while a convergence bound ticks.
+# test on one worker so two runs' containers never compete for the 2 cores while a convergence bound ticks, and
+# the tests that use the host's one multicast group and port (the multicast mark) one after another.
 # The rest is spread over both. Without xdist the marks are inert.
-XDIST_GROUPS = ("spark", "docker")
+XDIST_GROUPS = ("spark", "docker", "multicast")
 
 
+# tryfirst: xdist's own hook turns xdist_group marks into the scheduling key; ours must run before it
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    uses = {"spark": {"spark"}, "docker": {"client", "image"}}  # fixtures that imply the group without the mark
+    uses = {"spark": {"spark"}, "docker": {"client", "image"}, "multicast": set()}  # fixtures implying the group
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for group in XDIST_GROUPS:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,14 @@ def test_no_test_file_decides_ci_or_skipping_on_its_own() -> None:
             found += [f"{path.relative_to(TESTS)}:{lineno}: {what}" for what, rx in FORBIDDEN.items() if rx.search(line)]
     assert len(list(TESTS.rglob("test_*.py"))) > 30  # the walk saw the suite
     assert found == [], "\n".join(found)
+
+
+def test_xdist_keeps_a_group_on_one_worker() -> None:
+    """The suite runs on two workers (README); tests sharing host state must not be split between them."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                           "-v", "tests/node/test_shell_errors.py"], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if "PASSED" in ln or "FAILED" in ln]
+    assert done.returncode == 0 and len(lines) >= 4, done.stdout[-2000:]
+    assert all(ln.rstrip().endswith("@multicast") for ln in lines), lines
+    assert len({ln.split("]")[0] for ln in lines}) == 1, lines  # one worker ran them all

@@ -21,7 +21,7 @@ from node.core.crypto import Identity
 from node.transports.multicast import GROUP_V4, PORT, beacon, iface_ipv4, parse_beacon
 from tests.conftest import need
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.multicast]
 
 IFACE = "lo"
 

@@ -15,6 +15,8 @@ from node.core.crypto import Identity, derive_seed
 from node.runtime import Node
 from node.transports.multicast import open_group_v4, open_group_v6
 
+pytestmark = pytest.mark.multicast
+
 
 def _open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
