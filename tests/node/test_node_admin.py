@@ -113,7 +113,9 @@ def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:
     lost = ("snek_shaper_dropped_frames_total", (("link_class", "remote"), ("reason", "loss")))
 
     def enough() -> dict | None:
-        b.ping(a.key, "tree", count=10, timeout_s=1)  # every frame b writes to a is delayed; 30 % are lost
+        # 100 traffic frames straight to the peer (no tree needed, unlike a ping, whose route a lost announcement
+        # can hold up): each one b writes is delayed 20 ms, about 30 of them are lost
+        b.post("/traffic", {"key": a.key.hex(), "count": 100, "payload_bytes": 100, "inflight": 8, "timeout_s": 5})
         got = shaper_samples(b)
         return got if got[delayed] > 10 and got[lost] >= 1 else None
 
