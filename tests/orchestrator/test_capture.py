@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from node.core.payloads import (
 from node.core.types import Frame, LegacyBootstrapPayload, LegacyPathPayload
 from orchestrator.capture import TSHARK_ARGS, check_capture, dissector_path, install_dissector
 from orchestrator.capture.pcapng import write_streams
-from tests.ci import SHARED, need
+from tests.ci import REPO, SHARED, need
 
 VECTORS = json.loads((SHARED / "spec" / "pinecone-wire-vectors.json").read_text())
 K1, K2, K3 = (bytes([i]) * 32 for i in (0x11, 0x22, 0x33))
@@ -142,3 +143,21 @@ def test_install_makes_plain_tshark_decode_without_options(tmp_path: Path) -> No
     assert out.count("SNEK") >= 4 and "Handshake caps=0x0000003b" in out
     again = install_dissector(home / ".local" / "lib" / "wireshark" / "plugins", home / ".config" / "wireshark")
     assert Path(again["heuristic_protos"]).read_text().count("lbmsrs_tcp") == 1  # idempotent
+
+
+@pytest.mark.parametrize(("variant", "expect"), [("snek", {"bootstrap", "traffic", "tree_announcement"}),
+                                                 ("legacy", {"legacy_bootstrap", "legacy_setup", "traffic"})])
+def test_an_in_process_run_writes_a_capture_the_dissector_reads(tmp_path: Path, variant: str, expect: set) -> None:
+    _tshark()
+    pcap = tmp_path / f"{variant}.pcapng"
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sim", str(REPO / "compose" / "topologies" /
+                           "mesh-12.yaml"), "--variant", variant, "--kill-root", "--pairs", "20", "--pcap", str(pcap),
+                           "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = check_capture(pcap)
+    assert result.ok, result.to_dict()
+    assert result.handshakes == 2 * 17 and expect <= set(result.by_type), result.to_dict()
+    caps = subprocess.run([_tshark(), "-r", str(pcap), "-X", f"lua_script:{dissector_path()}", *TSHARK_ARGS, "-Y",
+                           "snek.handshake.caps", "-T", "fields", "-e", "snek.handshake.caps"],
+                          capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert set(caps) == {"0x8000003b" if variant == "legacy" else "0x0000003b"}
