@@ -212,6 +212,28 @@ def _from_codec(raw: bytes, fr: Frame) -> tuple:
     return ("frame", tuple(sorted(item.items())))
 
 
+def _valid_header(data: bytes | bytearray, i: int) -> bool:
+    """A frame header can start at ``i`` (the dissector's rule: magic, version 0, a length of at least 10)."""
+    return len(data) >= i + 10 and data[i : i + 4] == wire.FRAME_MAGIC and data[i + 4] == 0 and \
+        int.from_bytes(data[i + 8 : i + 10], "big") >= 10
+
+
+def _valid_handshake(data: bytes | bytearray, i: int) -> bool:
+    return len(data) >= i + 8 and data[i : i + 4] == b"\x01\0\0\0" and \
+        int.from_bytes(data[i + 4 : i + 8], "big") in (0x3B, 0x8000003B)
+
+
+def _first_pdu(data: bytes, bounds: list[tuple[int, int]]) -> int | None:
+    """Where a direction captured mid-stream lines up with a PDU, segment by segment as the dissector looks."""
+    for start, end in bounds:
+        if _valid_handshake(data, start) or _valid_header(data, start):
+            return start
+        for j in range(start + 1, end - 9):
+            if _valid_header(data, j):
+                return j
+    return None
+
+
 def check_capture(pcap: Path, *, dissector: Path | None = None) -> CaptureCheck:
     """Decode every snek connection of ``pcap`` with the dissector and with the project's codec; compare.
 
@@ -230,15 +252,19 @@ def check_capture(pcap: Path, *, dissector: Path | None = None) -> CaptureCheck:
         layers = pkt["_source"]["layers"]
         key = (layers["tcp"]["tcp.stream"], layers["tcp"]["tcp.srcport"])
         for layer in _listify(layers["snek"]):
+            if "snek.continuation" in layer:
+                continue  # the tail of a frame sent before the capture began
             try:
                 dissected[key].append(_from_dissector(layer))
             except (KeyError, TypeError, ValueError) as exc:  # the dissector left out a field the codec has
                 dissected[key].append(("incomplete", layer.get("snek.type"), f"no {exc}"))
     # the codec's view, from the reassembled bytes of each direction
     segments: dict[tuple[str, str], dict[int, bytes]] = defaultdict(dict)
-    starts: dict[tuple[str, str], bool] = {}
+    syn = set(_tshark(pcap, "-Y", "tcp.flags.syn == 1 && tcp.flags.ack == 0", "-T", "fields", "-e", "tcp.stream",
+                      dissector=dissector).split())  # fmt: skip
     rows = _tshark(pcap, "-o", "tcp.relative_sequence_numbers:TRUE", "-Y", "tcp.len > 0", "-T", "fields",
-                   "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.seq", "-e", "tcp.payload")  # fmt: skip
+                   "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.seq", "-e", "tcp.payload",
+                   dissector=dissector)  # fmt: skip
     for line in rows.splitlines():
         stream, sport, seq, payload = (line.split("\t") + ["", "", "", ""])[:4]
         if not payload:
@@ -246,23 +272,28 @@ def check_capture(pcap: Path, *, dissector: Path | None = None) -> CaptureCheck:
         segments[(stream, sport)].setdefault(int(seq), bytes.fromhex(payload.replace(":", "")))
     for key, segs in segments.items():
         data = bytearray()
+        bounds: list[tuple[int, int]] = []  # each segment's new bytes, as offsets into data
         expected = min(segs)
-        starts[key] = expected == 1  # the capture saw the connection open: it starts with the handshake
+        from_start = key[0] in syn and expected == 1  # the capture saw the connection open
         for seq in sorted(segs):
             chunk = segs[seq]
             if seq + len(chunk) <= expected:
                 continue  # a retransmission of bytes already placed
+            start = len(data)
             data += chunk[max(0, expected - seq):]
+            bounds.append((start, len(data)))
             expected = seq + len(chunk)
         ours: list[tuple] = []
-        if starts[key]:
-            hs = bytes(data[:HANDSHAKE_LEN])
+        pos = 0 if from_start else _first_pdu(bytes(data), bounds)
+        if pos is None:
+            continue  # no frame starts in what was captured of this direction
+        if _valid_handshake(data, pos):
+            hs = bytes(data[pos : pos + HANDSHAKE_LEN])
             if len(hs) == HANDSHAKE_LEN:
                 ours.append(("handshake", hs[8:40].hex(), int.from_bytes(hs[4:8], "big")))
                 result.handshakes += 1
-            data = data[HANDSHAKE_LEN:]
-        elif key not in dissected:
-            continue  # joined mid-stream and nothing recognisable: not ours to judge
+            pos += HANDSHAKE_LEN
+        data = data[pos:]
         decoder = wire.FrameDecoder()
         try:
             for _t, raw in decoder.feed_raw(bytes(data)):

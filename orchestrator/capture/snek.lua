@@ -55,6 +55,7 @@ local f = {
     wm_seq = ProtoField.uint64("snek.watermark.seq", "Watermark sequence"),
     payload = ProtoField.bytes("snek.payload", "Payload"),
     body = ProtoField.bytes("snek.body", "Body (unknown type)"),
+    continuation = ProtoField.uint32("snek.continuation", "Bytes of a frame that began before the capture"),
 
     ann_root_key = ProtoField.bytes("snek.ann.root_key", "Root key"),
     ann_root_seq = ProtoField.uint64("snek.ann.root_seq", "Root sequence"),
@@ -95,7 +96,9 @@ end
 local e_malformed = ProtoExpert.new("snek.malformed", "Malformed SNEK data", expert.group.MALFORMED, expert.severity.ERROR)
 local e_unknown = ProtoExpert.new("snek.unknown_type", "Unknown frame type (a reference node drops it)",
     expert.group.UNDECODED, expert.severity.NOTE)
-snek.experts = { e_malformed, e_unknown }
+local e_continuation = ProtoExpert.new("snek.continuation", "Bytes of a frame that began before the capture",
+    expert.group.SEQUENCE, expert.severity.NOTE)
+snek.experts = { e_malformed, e_unknown, e_continuation }
 
 -- A cursor over one frame body; every read checks the bounds and raises a Lua error caught per frame.
 local Reader = {}
@@ -367,6 +370,30 @@ local function is_magic(tvb, offset)
     return tvb:len() >= offset + 4 and tvb(offset, 4):string() == "pine"
 end
 
+-- A frame header can start here: magic, frame version 0, a length of at least 10 (PROTOCOL.md 4.3).
+local function valid_header(tvb, offset)
+    return tvb:len() >= offset + HEADER_LEN and is_magic(tvb, offset) and tvb(offset + 4, 1):uint() == 0
+        and tvb(offset + 8, 2):uint() >= HEADER_LEN
+end
+
+-- A handshake starts here: version 1, three zero bytes, the reference's or the legacy experiment's capabilities.
+local function valid_handshake(tvb, offset)
+    if tvb:len() < offset + 8 or tvb(offset, 4):uint() ~= 0x01000000 then
+        return false
+    end
+    local caps = tvb(offset + 4, 4):uint()
+    return caps == 0x3B or caps == 0x8000003B
+end
+
+-- Per direction of a connection: the packet in which its bytes first lined up with a PDU. Before that (a
+-- capture that started mid-stream) bytes up to the first frame header are a continuation, not an error.
+local directions = {}
+
+local function direction_key(pinfo)
+    return tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port) .. ">" .. tostring(pinfo.dst) .. ":" ..
+        tostring(pinfo.dst_port)
+end
+
 -- Length of the PDU at offset: a 104-byte handshake, or a frame's own length field.
 local function pdu_len(tvb, pinfo, offset)
     if is_magic(tvb, offset) then
@@ -407,6 +434,29 @@ end
 -- are dissected in turn; for a PDU that runs past the segment, TCP is asked for the bytes still missing.
 local function dissect_stream(tvb, pinfo, tree, can_desegment)
     local offset, total = 0, tvb:len()
+    local key = direction_key(pinfo)
+    local synced = directions[key]
+    if synced == nil or pinfo.number <= synced then
+        -- the first bytes of this direction in the capture: a handshake, a frame, or the tail of a frame the
+        -- capture missed the start of (skip to the first frame header)
+        if not valid_handshake(tvb, 0) and not valid_header(tvb, 0) then
+            local j = 1
+            while j + HEADER_LEN <= total and not valid_header(tvb, j) do
+                j = j + 1
+            end
+            if j + HEADER_LEN > total then
+                j = total
+            end
+            local t = tree:add(snek, tvb(0, j), "SNEK continuation (the capture started mid-stream)")
+            t:add(f.continuation, tvb(0, j), j)
+            t:add_proto_expert_info(e_continuation)
+            pinfo.cols.protocol = "SNEK"
+            offset = j
+        end
+        if offset < total and not pinfo.visited then
+            directions[key] = pinfo.number
+        end
+    end
     while offset < total do
         local avail = total - offset
         if avail < HEADER_LEN and can_desegment > 0 then

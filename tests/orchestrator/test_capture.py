@@ -24,7 +24,7 @@ from node.core.payloads import (
 )
 from node.core.types import Frame, LegacyBootstrapPayload, LegacyPathPayload
 from orchestrator.capture import TSHARK_ARGS, check_capture, dissector_path, install_dissector
-from orchestrator.capture.pcapng import write_streams
+from orchestrator.capture.pcapng import PcapngWriter, TcpFlow, write_streams
 from tests.ci import REPO, SHARED, need
 
 VECTORS = json.loads((SHARED / "spec" / "pinecone-wire-vectors.json").read_text())
@@ -161,3 +161,18 @@ def test_an_in_process_run_writes_a_capture_the_dissector_reads(tmp_path: Path, 
                            "snek.handshake.caps", "-T", "fields", "-e", "snek.handshake.caps"],
                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     assert set(caps) == {"0x8000003b" if variant == "legacy" else "0x0000003b"}
+
+
+def test_a_capture_that_starts_mid_stream_lines_up_at_the_next_frame(tmp_path: Path) -> None:
+    _tshark()
+    frames = _reference_frames()
+    stream = b"".join(frames)
+    cut = len(frames[0]) + len(frames[1]) // 2  # the capture begins halfway through the tree announcement
+    pcap = tmp_path / "mid.pcapng"
+    with pcap.open("wb") as out:
+        flow = TcpFlow(PcapngWriter(out), (bytes([10, 9, 0, 1]), 41000), (bytes([10, 9, 0, 2]), 7000), mss=60)
+        flow.send(0.0, "a", stream[cut:])  # no SYN, no handshake: joined late
+        flow.send(0.1, "b", frames[0] * 3)
+    result = check_capture(pcap)
+    assert result.ok, result.to_dict()
+    assert result.handshakes == 0 and result.frames == len(frames) - 2 + 3
