@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "compose": "orchestrator.run_cli:compose",
     "analyze": "pipeline.cli:analyze",
     "demo": "orchestrator.demo:demo",
+    "capture": "orchestrator.capture.cli:capture",
+    "wireshark": "orchestrator.capture.cli:wireshark",
     "dashboards": "orchestrator.dashboards:dashboards",
 }
 

@@ -25,6 +25,7 @@ from node.core.variants import VariantSpec
 from node.metrics import serve as serve_metrics
 
 from .backends.inproc import InprocNetwork, SimNode
+from .capture.inproc import InprocPcap
 from .inproc_metrics import InprocMetrics
 from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
 from .record import RunRecorder, new_run_id, versions
@@ -58,6 +59,7 @@ class SimConfig:
     metrics: HostPort | None = None  # serve every node's metrics here (InprocMetrics), real clock only
     hold_s: float = 0.0  # after the run, keep the network (and the metrics endpoint) up this long
     on_serving: Callable[[str], None] | None = None  # told the metrics URL once it is bound
+    pcap: Path | None = None  # write every frame on every link here (orchestrator/capture/inproc.py)
 
 
 def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
@@ -119,6 +121,10 @@ class _Sim:
             self.metrics = InprocMetrics(self.net)
             self.metrics.attach()
         self.metrics_url: str | None = None
+        self.pcap: InprocPcap | None = None
+        if cfg.pcap is not None:
+            self.pcap = InprocPcap(self.net, cfg.pcap)
+            self.pcap.attach()
         self.done = False
         self._graph: tuple[int, nx.Graph] | None = None
         self._changed = True  # a root or descending changed since the last check
@@ -216,6 +222,13 @@ class _Sim:
 
     async def run(self) -> dict[str, Any]:
         """The run; when it fails or is cancelled, the recorder still closes its files and writes meta.json."""
+        try:
+            return await self._run_serving()
+        finally:
+            if self.pcap is not None:
+                self.pcap.close()
+
+    async def _run_serving(self) -> dict[str, Any]:
         try:
             if self.metrics is None or self.cfg.metrics is None:
                 return await self._run()

@@ -117,11 +117,13 @@ def refused_sentence(refused: list[dict]) -> str:
 @click.option("--metrics", "metrics_at", default=None, metavar="HOST:PORT",
               help="Serve every node's metrics on one endpoint, each series with a `node` label (docs/metrics.md); "
                    "needs --clock real.")
+@click.option("--pcap", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every frame on every link to this pcapng file (one TCP connection per link; docs/capture.md).")
 @click.option("--hold-s", type=float, default=0.0, show_default=True,
               help="After the run, keep the network and the --metrics endpoint up this many seconds.")
 def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_json: bool, link_delay_ms: float,
         max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
-        knobs: tuple[str, ...], metrics_at: str | None, hold_s: float) -> None:
+        knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, hold_s: float) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
     metrics = None
     if metrics_at is not None:
@@ -145,7 +147,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
         topo, clock=clock, seed=seed, pairs=pairs, kill_root=kill_root, link_delay_ms=link_delay_ms,
         max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
     )
-    cfg.metrics, cfg.hold_s = metrics, hold_s
+    cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)
     if as_json:
         out = run_sim_sync(cfg)

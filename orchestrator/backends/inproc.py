@@ -111,6 +111,8 @@ class InprocNetwork:
         self.shapers = shapers or {}
         self.on_event: Callable[[SimNode, str, dict[str, Any], float], None] | None = None
         self.on_frame: Callable[[SimNode, str, Frame, str, float], None] | None = None
+        #: ``on_wire(end, frame_bytes, now)``: every frame as the sender wrote it onto the link (for pcapng)
+        self.on_wire: Callable[[LinkEnd, bytes, float], None] | None = None
         self._heap: list[tuple[float, int, int, Any]] = []
         self._tie = itertools.count()
         self.now = start
@@ -319,6 +321,9 @@ class InprocNetwork:
                 size = len(wire.encode_frame(item))  # no Encoded without wire bytes: bytes_received is unused
             if self.on_frame is not None:
                 self.on_frame(node, "sent", wire.decode_frame(data) if type(item) is Encoded else item, end.link_class, now)
+            if self.on_wire is not None:
+                raw = data if type(data) is bytes else item.data if type(item) is Encoded else wire.encode_frame(item)
+                self.on_wire(end, raw, now)
             arrival = end.shaper(now, size or 64)
             if arrival is None:
                 continue  # lost on the link
