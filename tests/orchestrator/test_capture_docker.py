@@ -84,17 +84,31 @@ def test_a_legacy_variant_capture_decodes_alike(client: object, image: str, tmp_
     run_id = up["run_id"]
     try:
         pcap = tmp_path / "legacy.pcapng"
-        cap = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "capture", "n03", "--peer", "n02",
-                                "--run-id", run_id, "--runs-dir", str(runs), "--duration-s", "12", "-o", str(pcap),
-                                "--json"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        cap = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "capture", "n04", "--run-id", run_id,
+                                "--runs-dir", str(runs), "--duration-s", "25", "-o", str(pcap), "--json"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         time.sleep(2)
-        _cli("ping", "n01", "n05", "--run-id", run_id, "--runs-dir", str(runs), "--count", "3")
+        cid = client.api.containers(filters={"label": [f"snekbed.run={run_id}",  # type: ignore[attr-defined]
+                                                       "snekbed.node=n05"]})[0]["Id"]
+        client.api.restart(cid, timeout=1)  # type: ignore[attr-defined]  # n05 comes back: handshakes, then its paths
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "ping", "n01", "n05", "--run-id", run_id,
+                                   "--runs-dir", str(runs), "--count", "1", "--json"],
+                                  capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
+            if done.returncode == 0 and '"received": 1' in done.stdout:
+                break
+            time.sleep(1)
         _, err = cap.communicate(timeout=120)
         assert cap.returncode == 0, err[-2000:]
         result = check_capture(pcap)
         assert result.ok, result.to_dict()
-        assert {"traffic", "tree_announcement"} <= set(result.by_type), result.to_dict()
+        assert result.handshakes >= 2 and "tree_announcement" in result.by_type, result.to_dict()
         assert any(t.startswith("legacy_") for t in result.by_type), result.to_dict()
+        caps = subprocess.run([str(shutil.which("tshark")), "-r", str(pcap), "-X", f"lua_script:{dissector_path()}",
+                               *TSHARK_ARGS, "-Y", "snek.handshake.caps", "-T", "fields", "-e", "snek.handshake.caps"],
+                              capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+        assert caps and set(caps) == {"0x8000003b"}
     finally:
         subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id, "--runs-dir", str(runs)],
                        capture_output=True, cwd=REPO, timeout=300)  # fmt: skip
