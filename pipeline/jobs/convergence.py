@@ -156,12 +156,18 @@ def convergence(events: DataFrame, episodes: DataFrame, bounds: DataFrame) -> Da
         (F.col("mono_s") > F.col("t0_s")) & (F.col("t1_s").isNull() | (F.col("mono_s") < F.col("t1_s")))
     ).withColumn("is_init", F.lit(False))
     # The state each live node is in at t0 (none if it has not started yet).
+    # One row per live node: its latest state at or before t0, or (none yet) any row with the state blanked.
+    # A row_number over an explicit order, not dropDuplicates: Spark turns dropDuplicates into first() per
+    # column, which need not take every column from the same row.
     before = Window.partitionBy("run_id", "episode", "node")
+    latest_first = Window.partitionBy("run_id", "episode", "node").orderBy(F.col("_ok").desc(),
+                                                                            F.col("mono_s").desc_nulls_last())
     at_t0 = (
-        joined.withColumn("_ok", F.col("mono_s") <= F.col("t0_s"))
+        joined.withColumn("_ok", F.coalesce(F.col("mono_s") <= F.col("t0_s"), F.lit(False)))
         .withColumn("_last", F.max(F.when(F.col("_ok"), F.col("mono_s"))).over(before))
-        .where(F.col("_last").isNull() | (F.col("mono_s") == F.col("_last")))
-        .dropDuplicates(["run_id", "episode", "node"])
+        .withColumn("_pick", F.row_number().over(latest_first))
+        .where(F.col("_pick") == 1)
+        .drop("_pick")
         .withColumn("root_state", F.when(F.col("_last").isNotNull(), F.col("root_state")))
         .withColumn("desc_state", F.when(F.col("_last").isNotNull(), F.col("desc_state")))
         .withColumn("started", F.coalesce(F.when(F.col("_last").isNotNull(), F.col("started")), F.lit(False)))
@@ -170,7 +176,14 @@ def convergence(events: DataFrame, episodes: DataFrame, bounds: DataFrame) -> Da
         .drop("_ok", "_last")
     )
     rows = at_t0.unionByName(in_window).withColumn("is_init_order", F.when(F.col("is_init"), 0).otherwise(1))
-    snake = _instants(*_timeline(rows, "snake"), "snake")
+    # Materialize ``rows`` once: the snake and the tree timelines (and the tree's join with the snake's
+    # instants) all derive from it. Planned as one query, pyspark 4.3.0 returned null convergence times for
+    # nearly every episode as soon as its joins were sort-merge joins (inputs over the 10 MB
+    # broadcast threshold: a 40-run A/B analysis; or any input with spark.sql.autoBroadcastJoinThreshold=-1),
+    # and the right values with broadcast joins. Materialized, both plans agree
+    # (tests/pipeline/test_real_runs.py::test_convergence_is_the_same_when_spark_plans_no_broadcast_join).
+    rows = rows.localCheckpoint(eager=True)
+    snake = _instants(*_timeline(rows, "snake"), "snake").localCheckpoint(eager=True)
     until = snake.select("run_id", "episode", F.col("snake_first").alias("until_s"))
     tree = _instants(*_timeline(rows, "tree"), "tree", until)
     summary = episodes.groupBy("run_id", "episode").agg(

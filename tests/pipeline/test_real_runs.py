@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import analysis, io, report, schemas
+from pipeline.jobs import convergence, episodes
 from tests.conftest import REPO, TOPOLOGIES, need
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -130,3 +131,24 @@ def test_report_of_a_multi_run_analysis(spark, real_runs, real_analysis):
     assert "Reconciliation" in md and "Convergence" in md and "Comparison by topology" in md
     html = (out / "report.html").read_text()
     assert all(f'src="{png}"' in html for png in report.PLOTS)
+
+
+def test_convergence_is_the_same_when_spark_plans_no_broadcast_join(spark, real_runs, real_analysis):
+    """Regression: with sort-merge joins (what Spark picks once the tables outgrow the 10 MB broadcast
+    threshold, e.g. a 40-run A/B analysis) the convergence job once returned null for every re-convergence,
+    because one plan fed both timelines from the same intermediate. Forcing that plan on these small runs must
+    give exactly the table the analysis wrote."""
+    out, _ = real_analysis
+    events = io.read_table(spark, out, "events", schemas.EVENTS_SCHEMA)
+    eps = io.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
+    bounds = spark.createDataFrame(episodes.run_bounds(events).collect(), "run_id string, start_s double, end_s double")
+    key = "spark.sql.autoBroadcastJoinThreshold"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "-1")
+    try:
+        again = {(r["run_id"], r["episode"]): r.asDict() for r in convergence.convergence(events, eps, bounds).collect()}
+    finally:
+        spark.conf.set(key, before)
+    written = {(r["run_id"], r["episode"]): r for r in table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)}
+    assert again == written
+    assert all(r["snake_converged_s"] is not None for r in again.values()), again
