@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
@@ -130,10 +131,14 @@ class CaptureCheck:
 
 
 def _tshark(pcap: Path, *args: str, dissector: Path | None = None) -> str:
+    """tshark with exactly this dissector: a clean HOME, so a snek.lua the user installed among their personal
+    plugins (``snekbed wireshark install``) or their preferences cannot take part in the check."""
     tshark = _need("tshark")
-    done = subprocess.run([tshark, "-r", str(pcap), "-X", f"lua_script:{dissector or dissector_path()}", *TSHARK_ARGS,
-                           *args],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="snekbed-tshark-") as home:
+        env = {**os.environ, "HOME": home, "XDG_CONFIG_HOME": str(Path(home) / ".config")}
+        done = subprocess.run([tshark, "-r", str(pcap), "-X", f"lua_script:{dissector or dissector_path()}",
+                               *TSHARK_ARGS, *args],
+                              capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     if done.returncode != 0:
         raise CaptureError(f"tshark failed on {pcap}: {done.stderr.strip()[-800:]}")
     return done.stdout
