@@ -16,7 +16,48 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from node.config import HostPort
 
-__all__ = ["serve_app"]
+__all__ = ["DrainRequestBody", "serve_app"]
+
+ASGIApp = Callable[..., Awaitable[None]]
+
+
+class DrainRequestBody:
+    """ASGI middleware: read what is left of an HTTP request body before the response's last chunk goes out.
+
+    hypercorn keeps an HTTP/1.1 connection open for the next request only if, when the response ends, the client
+    has finished sending (h11 ``their_state`` DONE). A handler that ignores the body (``POST /peers/redial``)
+    can answer before a body sent in a later segment arrives; hypercorn then closes the connection, and a client
+    that reuses it reads "Server disconnected without sending a response". Draining the body (for at most
+    ``DRAIN_S``) before the final chunk keeps the connection usable whatever the handler reads.
+    """
+
+    DRAIN_S = 5.0
+
+    def __init__(self, app: object) -> None:
+        self.app: ASGIApp = app  # type: ignore[assignment]
+
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                       send: Callable[[dict], Awaitable[None]]) -> None:  # fmt: skip
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        done = False
+
+        async def tracked_receive() -> dict:
+            nonlocal done
+            message = await receive()
+            if message.get("type") != "http.request" or not message.get("more_body", False):
+                done = True
+            return message
+
+        async def draining_send(message: dict) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                with trio.move_on_after(self.DRAIN_S):
+                    while not done:
+                        await tracked_receive()
+            await send(message)
+
+        await self.app(scope, tracked_receive, draining_send)
 
 
 async def serve_app(
@@ -35,7 +76,8 @@ async def serve_app(
     config.keep_alive_timeout = 30.0
 
     async def started(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]
+        await hypercorn_serve(DrainRequestBody(app), config,  # type: ignore[arg-type]
+                              shutdown_trigger=shutdown_trigger, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(started)
