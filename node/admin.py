@@ -6,6 +6,7 @@ Contract (scripts depend on it; ``docs/node.md`` has examples):
 ``GET /healthz``           ``{"ok": true, "public_key": hex, "peers": int, "uptime_s": float}``
 ``GET /state``             ``{"public_key", "root": {"key", "sequence"}, "parent", "coords", "descending",
                            "peers": [{"port", "key", "class", "coords", ...}], "routing_table_size"}``
+``GET /routes``            ``[{"key", "source", "destination", "expires_in_s"}]``: the valid routing-table entries
 ``POST /ping``             ``{"key": hex, "mode": "snek"|"tree", "count": int, "timeout_s": float}`` ->
                            ``{"sent", "received", "rtt_ms": [float], "hops": [int]}``
 ``POST /peers``            ``{"uri": "tcp://HOST:PORT?class=..", "timeout_s": float}`` -> 201 when the
@@ -130,6 +131,9 @@ def build_app(node: AdminView) -> Starlette:
     async def state(request: Request) -> JSONResponse:
         return JSONResponse(node.state())
 
+    async def routes(request: Request) -> JSONResponse:
+        return JSONResponse(node.routes())
+
     async def ping_route(request: Request) -> JSONResponse:
         body = await _body(request, PingRequest)
         if isinstance(body, JSONResponse):
@@ -209,6 +213,7 @@ def build_app(node: AdminView) -> Starlette:
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/state", state, methods=["GET"]),
+            Route("/routes", routes, methods=["GET"]),
             Route("/ping", ping_route, methods=["POST"]),
             Route("/peers", list_peers, methods=["GET"]),
             Route("/peers", add_peer, methods=["POST"]),

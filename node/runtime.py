@@ -127,6 +127,9 @@ class Node:
                 p["remote"] = conn.remote
         return s
 
+    def routes(self) -> list[dict[str, Any]]:
+        return self.router.routes(trio.current_time())
+
     def router_counters(self) -> Mapping[tuple[Any, ...], int]:
         return self.router.counters
 

@@ -86,6 +86,10 @@ class NodeView(Protocol):
         """The ``GET /state`` document."""
         ...
 
+    def routes(self) -> list[dict[str, Any]]:
+        """The ``GET /routes`` document: the valid routing-table entries."""
+        ...
+
     def router_counters(self) -> Mapping[tuple[Any, ...], int]:
         """The router's own counters (``("bootstrap_sent",)``, ``("frame_dropped", type, reason)``, ...)."""
         ...

@@ -319,6 +319,12 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         if snap[3] != old[3]:
             self.emit("coords_changed", coords=list(snap[3]))
 
+    def routes(self, now: float) -> list[dict[str, Any]]:
+        """The admin API's ``GET /routes``: every routing-table entry still valid at ``now``, lowest key first."""
+        entries = sorted((e for e in self.snek.table if e.valid(now)), key=lambda e: e.key)
+        return [{"key": e.key.hex(), "source": e.source, "destination": e.destination,
+                 "expires_in_s": round(e.expires_at - now, 3)} for e in entries]
+
     def state(self, now: float | None = None) -> dict[str, Any]:
         """The admin API's ``GET /state`` document. With ``now``, an expired descending entry (not yet
         cleared by maintenance, and no longer used for routing) is reported as none."""

@@ -66,6 +66,8 @@ class RouteEntry(Protocol):
     """What the router reads of a routing-table entry (the descending entry, the state document)."""
 
     key: bytes
+    source: int  # the port the route's frames came in on (towards ``key``)
+    destination: int  # the port they went on to (NONE_PORT / LOCAL_PORT at an end)
     last_seen: float
 
     def valid(self, now: float) -> bool:

@@ -112,13 +112,20 @@ def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:
     delayed = ("snek_shaper_delayed_frames_total", (("link_class", "remote"),))
     lost = ("snek_shaper_dropped_frames_total", (("link_class", "remote"), ("reason", "loss")))
 
+    seen: list[object] = []
+
     def enough() -> dict | None:
         # 100 traffic frames straight to the peer (no tree needed, unlike a ping, whose route a lost announcement
         # can hold up): each one b writes is delayed 20 ms, about 30 of them are lost
-        b.post("/traffic", {"key": a.key.hex(), "count": 100, "payload_bytes": 100, "inflight": 8, "timeout_s": 5})
+        load = b.post("/traffic", {"key": a.key.hex(), "count": 100, "payload_bytes": 100, "inflight": 8,
+                                   "timeout_s": 5})
         got = shaper_samples(b)
-        return got if got[delayed] > 10 and got[lost] >= 1 else None
+        seen[:] = [load, len(b.state()["peers"]), {k[0] + str(dict(k[1])): v for k, v in got.items()}]
+        return got if got.get(delayed, 0) > 10 and got.get(lost, 0) >= 1 else None
 
-    got = wait_until(enough, 30, what="shaper counters")
+    try:
+        got = wait_until(enough, 60, what="shaper counters")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last /traffic answer, peers, shaper samples: {seen}") from None
     assert got[("snek_shaper_dropped_frames_total", (("link_class", "bluetooth"), ("reason", "queue")))] == 0
     assert got[("snek_shaper_dropped_frames_total", (("link_class", "remote"), ("reason", "queue")))] == 0
