@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "capture": "orchestrator.capture.cli:capture",
     "wireshark": "orchestrator.capture.cli:wireshark",
     "dashboards": "orchestrator.dashboards:dashboards",
+    "view": "orchestrator.view.cli:view",
 }
 
 

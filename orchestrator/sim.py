@@ -22,6 +22,7 @@ import trio.testing
 
 from node.config import HostPort
 from node.core.variants import VariantSpec
+from node.httpserve import serve_app
 from node.metrics import serve as serve_metrics
 
 from .backends.inproc import InprocNetwork, SimNode
@@ -29,6 +30,9 @@ from .capture.inproc import InprocPcap
 from .inproc_metrics import InprocMetrics
 from .observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
 from .record import RunRecorder, new_run_id, versions
+from .view.app import LiveHub, build_live_app
+from .view.frames import GraphInfo
+from .view.live import InprocLive
 
 __all__ = ["SimConfig", "run_sim", "run_sim_sync"]
 
@@ -59,6 +63,8 @@ class SimConfig:
     metrics: HostPort | None = None  # serve every node's metrics here (InprocMetrics), real clock only
     hold_s: float = 0.0  # after the run, keep the network (and the metrics endpoint) up this long
     on_serving: Callable[[str], None] | None = None  # told the metrics URL once it is bound
+    view: HostPort | None = None  # serve the live `snekbed view` page here (real clock only)
+    on_view: Callable[[str], None] | None = None  # told the page's URL once it is bound
     pcap: Path | None = None  # write every frame on every link here (orchestrator/capture/inproc.py)
 
 
@@ -121,6 +127,8 @@ class _Sim:
             self.metrics = InprocMetrics(self.net)
             self.metrics.attach()
         self.metrics_url: str | None = None
+        self.view_url: str | None = None
+        self.live: InprocLive | None = None
         self.pcap: InprocPcap | None = None
         if cfg.pcap is not None:
             self.pcap = InprocPcap(self.net, cfg.pcap)
@@ -230,24 +238,38 @@ class _Sim:
 
     async def _run_serving(self) -> dict[str, Any]:
         try:
-            if self.metrics is None or self.cfg.metrics is None:
+            if self.cfg.metrics is None and self.cfg.view is None:
                 return await self._run()
             async with trio.open_nursery() as nursery:
                 stop = trio.Event()
-                bound = await nursery.start(serve_metrics, self.metrics, self.cfg.metrics, stop.wait)
-                self.metrics_url = f"http://{bound}/metrics"
-                if self.cfg.on_serving is not None:
-                    self.cfg.on_serving(self.metrics_url)
+                if self.metrics is not None and self.cfg.metrics is not None:
+                    bound = await nursery.start(serve_metrics, self.metrics, self.cfg.metrics, stop.wait)
+                    self.metrics_url = f"http://{bound}/metrics"
+                    if self.cfg.on_serving is not None:
+                        self.cfg.on_serving(self.metrics_url)
+                if self.cfg.view is not None:
+                    graph = GraphInfo(self.cfg.name, list(self.cfg.nodes),
+                                      {n: sn.key.hex() for n, sn in self.net.nodes.items()}, list(self.cfg.links))
+                    self.live = InprocLive(self.net, graph, self.recorder.run_id if self.recorder else "sim")
+                    hub = LiveHub(self.live)
+                    nursery.start_soon(hub.run)
+                    bound = await nursery.start(serve_app, build_live_app(hub), self.cfg.view, stop.wait)
+                    self.view_url = f"http://{bound}/"
+                    if self.cfg.on_view is not None:
+                        self.cfg.on_view(self.view_url)
                 try:
                     out = await self._run()
-                    out["metrics"] = self.metrics_url
+                    if self.metrics_url is not None:
+                        out["metrics"] = self.metrics_url
+                    if self.view_url is not None:
+                        out["view"] = self.view_url
                     if self.cfg.hold_s > 0:
-                        self.progress(f"holding for {self.cfg.hold_s:g} s (metrics on {self.metrics_url})",
-                                      self.net.now)
+                        self.progress(f"holding for {self.cfg.hold_s:g} s", self.net.now)
                         await self.net.run_until(self.net.now + self.cfg.hold_s)
                     return out
                 finally:
                     stop.set()
+                    nursery.cancel_scope.cancel()
         except BaseException as exc:
             if self.recorder is not None:
                 self.recorder.abort(self.net, exc)
@@ -288,6 +310,8 @@ class _Sim:
             if self.recorder is not None:
                 self.recorder.action("kill_root", victim, {"key": self.net.nodes[victim].key.hex()}, t_kill)
             self.net.kill(victim)
+            if self.live is not None:
+                self.live.fault("kill_root", victim)
             tree2, snake2 = await self.converge(t_kill)
             if self.recorder is not None:
                 self.recorder.action(

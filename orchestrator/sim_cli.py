@@ -10,9 +10,9 @@ import click
 
 from contract.links import LinkShape, link_type_number
 from netem.userspace import shaper_factory
-from node.config import parse_hostport
 from node.core.variants import VariantError, VariantSpec
 
+from .cli_options import address_option
 from .sim import SimConfig, run_sim_sync
 from .topology import Topology, TopologyError
 from .topology_loaders import load_topology
@@ -119,20 +119,22 @@ def refused_sentence(refused: list[dict]) -> str:
                    "needs --clock real.")
 @click.option("--pcap", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every frame on every link to this pcapng file (one TCP connection per link; docs/capture.md).")
+@click.option("--view", "view_at", default=None, metavar="HOST:PORT",
+              help="Serve the live `snekbed view` page of this run (docs/view.md); needs --clock real.")
 @click.option("--hold-s", type=float, default=0.0, show_default=True,
-              help="After the run, keep the network and the --metrics endpoint up this many seconds.")
+              help="After the run, keep the network, the --metrics endpoint and the --view page up this many seconds.")
 def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_json: bool, link_delay_ms: float,
         max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
-        knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, hold_s: float) -> None:
+        knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, view_at: str | None,
+        hold_s: float) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
-    metrics = None
-    if metrics_at is not None:
-        if clock != "real":
-            raise click.UsageError("--metrics needs --clock real: virtual time runs faster than any scrape")
-        try:
-            metrics = parse_hostport(metrics_at, "--metrics")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--metrics") from None
+    if metrics_at is not None and clock != "real":
+        raise click.UsageError("--metrics needs --clock real: virtual time runs faster than any scrape")
+    if view_at is not None and clock != "real":
+        raise click.UsageError("--view needs --clock real: virtual time runs faster than a page can follow "
+                               "(record the run and replay it: snekbed view RUN_DIR)")
+    metrics = address_option(metrics_at, "--metrics")
+    view = address_option(view_at, "--view")
     if hold_s < 0:
         raise click.BadParameter("must be >= 0", param_hint="--hold-s")
     try:
@@ -149,6 +151,8 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
     )
     cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)
+    cfg.view = view
+    cfg.on_view = lambda url: click.echo(f"snekbed view (live): {url}", err=True)
     if as_json:
         out = run_sim_sync(cfg)
         click.echo(json.dumps(out))

@@ -14,11 +14,11 @@ fi
 
 # --- system packages -------------------------------------------------------------------------
 # iproute2/iptables/ethtool: link shaping and the capability probe; tshark (and its dumpcap): packet captures
-# and the dissector tests; debootstrap: the offline node
+# and the dissector tests; chromium + chromium-driver: the browser tests of snekbed view; debootstrap: the offline node
 # image base; prometheus: real scrapes in tests; a JRE for Spark when java is missing.
 need_pkgs=()
 for spec in ip:iproute2 iptables:iptables ethtool:ethtool debootstrap:debootstrap prometheus:prometheus \
-            curl:curl tshark:tshark; do
+            curl:curl tshark:tshark chromium:chromium chromedriver:chromium-driver; do
   cmd=${spec%%:*}; pkg=${spec##*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || need_pkgs+=("$pkg")
 done

@@ -18,13 +18,18 @@ import click
 import trio
 import trio.testing
 
-from node.config import HostPort, parse_hostport
+from node.config import HostPort
 from node.core.variants import VariantError, VariantSpec
+from node.httpserve import serve_app
 
+from ..cli_options import address_option
 from ..monitoring import RunMetrics, serve_metrics
 from ..runs import create_run, new_run_id, runs_root
 from ..topology import Topology, TopologyError
 from ..topology_loaders import load_topology
+from ..view.app import LiveHub, build_live_app
+from ..view.frames import GraphInfo
+from ..view.live import InprocLive
 from .inproc_backend import InprocChaos
 from .nemesis import random_scenario
 from .runner import run_scenario
@@ -137,24 +142,27 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
 @click.option("--metrics", "metrics_at", default=None, metavar="HOST:PORT",
               help="serve this process's view of the run (snekbed_* series, docs/metrics.md) on HOST:PORT/metrics; "
                    "in-process runs need --clock real")
+@click.option("--view", "view_at", default=None, metavar="HOST:PORT",
+              help="serve the live `snekbed view` page of an in-process --clock real run (docs/view.md); a Docker "
+                   "run is followed with `snekbed view --live`")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
           write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
-          prometheus_image: str | None, metrics_at: str | None, as_json: bool, list_only: bool) -> None:  # fmt: skip
+          prometheus_image: str | None, metrics_at: str | None, view_at: str | None, as_json: bool,
+          list_only: bool) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
     if monitoring and backend != "docker":
         raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
                                "(watch an in-process run with --clock real --metrics HOST:PORT)")
     if metrics_at is not None and backend == "inproc" and clock != "real":
         raise click.UsageError("--metrics on an in-process run needs --clock real (virtual time outruns any scrape)")
-    metrics_addr = None
-    if metrics_at is not None:
-        try:
-            metrics_addr = parse_hostport(metrics_at, "--metrics")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--metrics") from None
+    if view_at is not None and (backend != "inproc" or clock != "real"):
+        raise click.UsageError("--view serves an in-process --clock real run; follow a Docker run with "
+                               "`snekbed view --live` (virtual-clock runs: record, then `snekbed view RUN_DIR`)")
+    view_addr = address_option(view_at, "--view")
+    metrics_addr = address_option(metrics_at, "--metrics")
     try:
         variant = VariantSpec.parse(variant_text).with_knobs(knobs)
     except VariantError as exc:
@@ -188,7 +196,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
 
     out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image, keep=keep,
                   clock=clock, progress=progress, variant=variant, monitoring=monitoring,
-                  prometheus_image=prometheus_image, metrics_at=metrics_addr)  # fmt: skip
+                  prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr)  # fmt: skip
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
@@ -202,7 +210,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
             record: Path | None = None, runs_dir: Path | None = None, image: str | None = None, keep: bool = False,
             clock: str = "virtual", progress: Any = None, variant: VariantSpec | None = None,
             ab: dict[str, Any] | None = None, monitoring: bool = False, prometheus_image: str | None = None,
-            metrics_at: HostPort | None = None) -> dict[str, Any]:  # fmt: skip
+            metrics_at: HostPort | None = None, view_at: HostPort | None = None) -> dict[str, Any]:  # fmt: skip
     """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``.
 
     ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
@@ -231,7 +239,11 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
         server = serve_metrics(metrics, metrics_at.host, metrics_at.port)
         click.echo(f"snekbed chaos: run metrics on {server.url}", err=True)
     try:
-        out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, metrics, clock=clock_obj)
+        if view_at is not None:
+            assert isinstance(chaos_backend, InprocChaos)
+            out = trio.run(_run_viewed, chaos_backend, sc, topology, seed, progress, metrics, view_at, run_id)
+        else:
+            out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, metrics, clock=clock_obj)
     finally:
         if server is not None:
             server.close()
@@ -240,6 +252,28 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     out["run_dir"] = run_dir
     out["variant"] = str(variant)
     return out
+
+
+async def _run_viewed(backend: InprocChaos, scenario: Scenario, topology: Topology | None, seed: int, progress: Any,
+                      metrics: RunMetrics | None, view_at: HostPort, run_id: str) -> dict[str, Any]:  # fmt: skip
+    """The scenario, with the live view of its in-process network served alongside (real clock)."""
+    extra_nodes, extra_links = scenario.declared()
+    nodes = (topology.node_names if topology is not None else []) + [n for n in extra_nodes
+                                                                     if topology is None or n not in topology.node_names]
+    links = [(x.a, x.b, x.link_class) for x in topology.links] if topology is not None else []
+    graph = GraphInfo(scenario.name, nodes, {n: sn.key.hex() for n, sn in backend.net.nodes.items()},
+                      links + extra_links)
+    live = InprocLive(backend.net, graph, run_id, status_of=backend.view_status)
+    hub = LiveHub(live)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.run)
+        bound = await nursery.start(serve_app, build_live_app(hub), view_at, trio.sleep_forever)
+        click.echo(f"snekbed chaos: live view on http://{bound}/", err=True)
+        try:
+            return await run_scenario(backend, scenario, seed=seed, on_action=live.fault, progress=progress,
+                                      metrics=metrics)
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 async def run_scenario_async(backend: Any, scenario: Scenario, seed: int, progress: Any,

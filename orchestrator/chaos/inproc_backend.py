@@ -201,6 +201,10 @@ class InprocChaos:
     def known_nodes(self) -> list[str]:
         return sorted(self.net.nodes)
 
+    def view_status(self, name: str, node: SimNode) -> str:
+        """The live view's status of a node (orchestrator.view.frames): paused, up or dead."""
+        return "paused" if name in self.paused else "up" if node.alive else "dead"
+
     def _live(self, name: str) -> bool:
         n = self.net.nodes.get(name)
         return n is not None and n.alive and name not in self.paused
