@@ -9,16 +9,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mypy_extensions import trait
+
 from . import wire
 from .errors import ProtocolError
+from .parts import RouterParts
 from .state import PeerState, tree_distance
 from .types import BROADCAST_HOP_LIMIT, Frame, FrameType
 
 __all__ = ["BroadcastMixin"]
 
 
-class BroadcastMixin:
+@trait
+class BroadcastMixin(RouterParts):
     """§6.8 on the router's state."""
+
+    broadcast_seen: dict[bytes, tuple[int, float]]  # source key -> (sequence, when)
 
     def _send_own_broadcast(self, only_port: int | None, now: float) -> None:
         root = self.root

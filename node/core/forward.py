@@ -21,8 +21,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mypy_extensions import trait
+
 from . import wire
 from .codec import U16
+from .parts import RouterParts
 from .state import Encoded, with_watermark
 from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType
 
@@ -101,8 +104,12 @@ class TransitCache:
         self.entries.clear()
 
 
-class ForwardMixin:
+@trait
+class ForwardMixin(RouterParts):
     """§6.5 for Traffic, §6.6, and :meth:`bytes_received`. Owns ``coords_cache`` and ``transit``."""
+
+    transit: TransitCache
+    fast_forwards: int  # transit frames forwarded from the cache
 
     def bytes_received(self, port: int, frames: list[tuple[int, bytes]], now: float) -> None:
         """Frames that arrived on ``port``, as ``(type byte, whole frame bytes)``, in order.

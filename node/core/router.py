@@ -34,7 +34,7 @@ from .snek_api import SnekFactory, SnekStrategy
 from .state import MAX_PORTS, Encoded, Output, PeerState, Send, Timers
 from .tree import TreeMixin
 from .types import Announcement, Frame, FrameType, Root, Watermark
-from .variants import KNOBS, VARIANTS
+from .variants import KNOBS, VARIANTS, Variant
 
 __all__ = ["MAX_PORTS", "SNEK_VARIANTS", "Encoded", "Output", "PeerState", "Router", "Timers"]
 
@@ -97,10 +97,13 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         self.adversary: Adversary | None = None  # drops received frames by kind (chaos tests; node --adversary)
         self.fast_forwards = 0  # transit frames forwarded from the cache
         self.parent: int | None = None
-        variant = VARIANTS[snek] if isinstance(snek, str) else None
+        if isinstance(snek, str):
+            variant: Variant | None = VARIANTS[snek]
+            factory = VARIANTS[snek].factory
+        else:
+            variant, factory = None, snek
         defaults = {k: (variant.default(k) if variant else knob.default) for k, knob in KNOBS.items()}
         self.knobs: dict[str, Any] = defaults | dict(knobs or {})
-        factory = variant.factory if variant is not None else snek
         #: the variant's registry name ("custom" for a factory given directly)
         self.variant = variant.name if variant is not None else "custom"
         self.snek: SnekStrategy = factory(self, now)

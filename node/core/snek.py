@@ -19,8 +19,9 @@ offered it; an exact match (non-bootstrap) beats everything and sticks.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .state import PeerState
 from .types import LOCAL_PORT, Root, Watermark
@@ -73,7 +74,7 @@ class RoutingTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries.values())
 
     def get(self, key: bytes) -> Entry | None:
@@ -88,7 +89,7 @@ class RoutingTable:
         if self._entries.pop(key, None) is not None:
             del self.keys[bisect_left(self.keys, key)]
 
-    def remove_where(self, pred) -> int:
+    def remove_where(self, pred: Callable[[Entry], bool]) -> int:
         doomed = [k for k, e in self._entries.items() if pred(e)]
         if doomed:
             for k in doomed:
@@ -156,7 +157,9 @@ class SnekView:
         self._ports_by_key = by_key
         pp = peers.get(parent) if parent is not None else None
         self._parent_up = pp is not None and pp.up
-        self._parent_keys = frozenset(pp.hop_keys) if self._parent_up and pp.announcement is not None else frozenset()
+        self._parent_keys = (
+            frozenset(pp.hop_keys) if pp is not None and self._parent_up and pp.announcement is not None else frozenset()
+        )
         self.dirty = False
 
     def next_hop(
@@ -222,8 +225,12 @@ class SnekView:
                 k = keys[i]
                 if k >= best_key or k > wkey:
                     break
-                cand = get(k)
-                if _usable(cand, wkey, wseq, peers, now) and (only_root is None or cand.root == only_root):
+                cand = get(k)  # never None: ``keys`` are the table's keys
+                if (
+                    cand is not None
+                    and _usable(cand, wkey, wseq, peers, now)
+                    and (only_root is None or cand.root == only_root)
+                ):
                     e = cand
                     break
                 i += 1
@@ -268,7 +275,7 @@ def next_hop_reference(
     """§6.3 step by step, scanning everything. The oracle for the indexed version."""
     if not bootstrap and dest == own:  # 1
         return NextHop(LOCAL_PORT, wm)
-    best = {"key": own, "seq": 0, "port": NONE_PORT if bootstrap else LOCAL_PORT}  # 2
+    best: dict[str, Any] = {"key": own, "seq": 0, "port": NONE_PORT if bootstrap else LOCAL_PORT}  # 2
 
     def take(key: bytes, seq: int, port: int) -> None:
         best["key"], best["seq"], best["port"] = key, seq, port

@@ -191,7 +191,7 @@ class SnekLegacy:
         peers = h.peers
         parent = h.parent
         pp = peers.get(parent) if parent is not None else None
-        if pp is not None and pp.up:  # 3
+        if parent is not None and pp is not None and pp.up:  # 3
             root_key = h.root.key
             if (bootstrap and own == dest) or own < dest < root_key:
                 best_key, best_port = root_key, parent
@@ -213,8 +213,8 @@ class SnekLegacy:
                 continue
             k = e.path_key
             if (exact and k == dest and best_key != dest) or dest < k < best_key:
-                q = peers.get(src)
-                if q is not None and q.up:
+                src_peer = peers.get(src)
+                if src_peer is not None and src_peer.up:
                     best_key, best_port = k, src
         return NextHop(best_port, INITIAL_WATERMARK)
 

@@ -100,7 +100,7 @@ class SnekS0:
         # 3. we have a chosen parent, and an announcement from it
         parent = h.parent
         pp = h.peers.get(parent) if parent is not None else None
-        if pp is not None and pp.up and pp.root is not None:
+        if parent is not None and pp is not None and pp.up and pp.root is not None:
             root_key = pp.root.key
             # 3.1 a bootstrap, best key still our own: the worst-case route up to the root.
             #     Deviation 1: only for our own bootstrap (dest == own), as the reference does (§10 item 4).

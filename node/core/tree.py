@@ -7,18 +7,29 @@ router's shared state (``peers``, ``parent``, ``own_seq``, the outbox) and calls
 
 from __future__ import annotations
 
+from mypy_extensions import trait
+
 from . import wire
 from .announce import ANNOUNCEMENTS
 from .errors import ProtocolError
+from .parts import RouterParts
 from .state import PeerState, tree_distance
 from .types import LOCAL_PORT, Announcement, Frame, FrameType, Root
 
 __all__ = ["TreeMixin"]
 
 
-class TreeMixin:
+@trait
+class TreeMixin(RouterParts):
     """§5 on the router's state. Owns: ``parent``, ``own_seq``, ``waiting``, ``hold_until``, ``order_counter``,
     ``next_tree_maintenance`` and the signature cache; reads ``peers`` and the up-port list."""
+
+    _self_ann: Announcement  # our own root announcement, rebuilt when own_seq moves
+    _self_root: Root
+    _sig_cache: tuple[bytes, bytes]  # (announcement bytes, our signature over them)
+    waiting: bool
+    hold_until: float | None
+    order_counter: int
 
     def _parent_state(self) -> PeerState | None:
         if self.parent is not None:
