@@ -9,19 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mypy_extensions import trait
-
 from . import wire
 from .errors import ProtocolError
-from .parts import RouterParts
 from .state import PeerState, tree_distance
+from .tree import TreeMixin
 from .types import BROADCAST_HOP_LIMIT, Frame, FrameType
 
 __all__ = ["BroadcastMixin"]
 
 
-@trait
-class BroadcastMixin(RouterParts):
+class BroadcastMixin(TreeMixin):
     """§6.8 on the router's state."""
 
     broadcast_seen: dict[bytes, tuple[int, float]]  # source key -> (sequence, when)

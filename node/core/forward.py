@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mypy_extensions import trait
-
 from . import wire
+from .broadcast import BroadcastMixin
 from .codec import U16
-from .parts import RouterParts
 from .state import Encoded, with_watermark
 from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType
 
@@ -104,8 +102,7 @@ class TransitCache:
         self.entries.clear()
 
 
-@trait
-class ForwardMixin(RouterParts):
+class ForwardMixin(BroadcastMixin):
     """§6.5 for Traffic, §6.6, and :meth:`bytes_received`. Owns ``coords_cache`` and ``transit``."""
 
     transit: TransitCache

@@ -1,14 +1,15 @@
-"""The router's shared state, as its parts see it: the base of :class:`node.core.router.Router`'s parts.
+"""The router's shared state, as its parts see it: the base class of :class:`node.core.router.Router`.
 
 :class:`node.core.router.Router` is made of parts, one module each: the spanning tree
-(:class:`~node.core.tree.TreeMixin`), forwarding (:class:`~node.core.forward.ForwardMixin`) and
-broadcasts (:class:`~node.core.broadcast.BroadcastMixin`). Each part works on state the router holds and
-calls methods another part (or the router) defines. :class:`RouterParts` declares exactly that: the shared
-attributes with their types, and the cross-part methods as stubs that the part owning them overrides.
+(:class:`~node.core.tree.TreeMixin`), broadcasts (:class:`~node.core.broadcast.BroadcastMixin`) and
+forwarding (:class:`~node.core.forward.ForwardMixin`). Each part works on state the router holds and calls
+methods that a later part (or the router) defines. :class:`RouterParts` declares exactly that: the shared
+attributes with their types, and those methods as stubs that the part owning them overrides.
 
-The parts are mypyc traits (``mypy_extensions.trait``: the only multiple inheritance a compiled class may
-have; at run time without mypyc the decorator does nothing). A stub here is never called: the router
-inherits every one of them from the part that implements it, which comes first in its method order.
+The parts form one chain of single inheritance, ``RouterParts <- TreeMixin <- BroadcastMixin <-
+ForwardMixin <- Router``, because that is what mypyc compiles to plain C structs and vtables (it allows
+multiple inheritance only through traits, whose attributes cost a lookup on every access). No method is
+defined by two parts, so the order of the chain changes nothing but where a stub is declared.
 """
 
 from __future__ import annotations
@@ -16,19 +17,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from mypy_extensions import trait
-
 from .adversary import Adversary
 from .crypto import Identity
 from .ping import PingService
 from .snek_api import SnekStrategy
 from .state import PeerState, Send, Timers
-from .types import Frame, Root
+from .types import Frame
 
 __all__ = ["RouterParts"]
 
 
-@trait
 class RouterParts:
     """What the router's parts share. Attributes are set by :class:`~node.core.router.Router`."""
 
@@ -63,21 +61,6 @@ class RouterParts:
     events: list[tuple[str, dict[str, Any]]]
     counters: Counter[tuple[Any, ...]]
 
-    # ---------------------------------------------------------------- the tree's (node.core.tree)
-    @property
-    def root(self) -> Root:
-        raise NotImplementedError
-
-    @property
-    def coords(self) -> tuple[int, ...]:
-        raise NotImplementedError
-
-    def up_ports(self) -> list[int]:
-        raise NotImplementedError
-
-    def tree_next_hop(self, dest: tuple[int, ...], from_port: int) -> int | None:
-        raise NotImplementedError
-
     # ---------------------------------------------------------------- broadcasts' (node.core.broadcast)
     def _send_own_broadcast(self, only_port: int | None, now: float) -> None:
         raise NotImplementedError
@@ -96,7 +79,4 @@ class RouterParts:
         raise NotImplementedError
 
     def wall_ms(self, now: float) -> int:
-        raise NotImplementedError
-
-    def emit(self, kind: str, **fields: Any) -> None:
         raise NotImplementedError

@@ -25,14 +25,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .adversary import Adversary
-from .broadcast import BroadcastMixin
 from .crypto import Identity
 from .forward import ForwardMixin, TransitCache
 from .ping import PingService
-from .snek import Entry, NextHop, RoutingTable
+from .snek import NextHop
 from .snek_api import SnekFactory, SnekStrategy
 from .state import MAX_PORTS, Encoded, Output, PeerState, Send, Timers
-from .tree import TreeMixin
 from .types import Announcement, Frame, FrameType, Root, Watermark
 from .variants import KNOBS, VARIANTS, Variant
 
@@ -46,7 +44,7 @@ _KEEPALIVE, _TREE_ANNOUNCEMENT, _BOOTSTRAP, _TRAFFIC, _WAKEUP_BROADCAST = (int(t
 _NOTHING: tuple = ()
 
 
-class Router(TreeMixin, ForwardMixin, BroadcastMixin):
+class Router(ForwardMixin):
     """One Pinecone node's protocol state. See the module docstring for the contract."""
 
     def __init__(
@@ -130,13 +128,16 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         self._recompute_deadline()
 
     @property
-    def table(self) -> RoutingTable:
-        """The SNEK variant's routing table."""
-        return self.snek.table  # type: ignore[return-value]
+    def table(self) -> Any:
+        """The SNEK variant's routing table (a :class:`~node.core.snek.RoutingTable` but for the legacy variant's
+        :class:`~node.core.snek_legacy.PathTable`)."""
+        return self.snek.table
 
     @property
-    def descending(self) -> Entry | None:
-        return self.snek.descending  # type: ignore[return-value]
+    def descending(self) -> Any:
+        """The SNEK variant's descending entry (an :class:`~node.core.snek.Entry` but for the legacy variant's
+        :class:`~node.core.snek_legacy.PathEntry`), or None."""
+        return self.snek.descending
 
     def snek_next_hop(self, dest: bytes, bootstrap: bool, wm: Watermark, now: float) -> NextHop:
         return self.snek.next_hop(dest, bootstrap, wm, now)

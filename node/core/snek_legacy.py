@@ -70,6 +70,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from . import crypto, wire
 from .errors import ProtocolError
@@ -158,7 +159,7 @@ class PathTable:
 class SnekLegacy:
     """§7 on a router. Built once per router: ``SnekLegacy(host, now)``."""
 
-    frame_types = frozenset((*(int(t) for t in LegacyFrameType), _TYPE2))
+    frame_types: ClassVar[frozenset[int]] = frozenset((*(int(t) for t in LegacyFrameType), _TYPE2))
 
     def __init__(self, host: SnekHost, now: float) -> None:
         self.host = host

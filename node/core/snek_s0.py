@@ -59,6 +59,8 @@ root). ``bootstrap_interval`` reaches it through ``host.t``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from . import wire
 from .errors import ProtocolError
 from .snek import EXPIRY_S, NONE_PORT, Entry, NextHop, RoutingTable, ordered
@@ -71,7 +73,7 @@ __all__ = ["SnekS0"]
 class SnekS0:
     """Seed S0's SNEK rules on the reference's frames. Built once per router: ``SnekS0(host, now)``."""
 
-    frame_types = frozenset((int(FrameType.BOOTSTRAP),))
+    frame_types: ClassVar[frozenset[int]] = frozenset((int(FrameType.BOOTSTRAP),))
 
     def __init__(self, host: SnekHost, now: float) -> None:
         self.host = host

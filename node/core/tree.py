@@ -7,8 +7,6 @@ router's shared state (``peers``, ``parent``, ``own_seq``, the outbox) and calls
 
 from __future__ import annotations
 
-from mypy_extensions import trait
-
 from . import wire
 from .announce import ANNOUNCEMENTS
 from .errors import ProtocolError
@@ -19,7 +17,6 @@ from .types import LOCAL_PORT, Announcement, Frame, FrameType, Root
 __all__ = ["TreeMixin"]
 
 
-@trait
 class TreeMixin(RouterParts):
     """§5 on the router's state. Owns: ``parent``, ``own_seq``, ``waiting``, ``hold_until``, ``order_counter``,
     ``next_tree_maintenance`` and the signature cache; reads ``peers`` and the up-port list."""
@@ -174,7 +171,7 @@ class TreeMixin(RouterParts):
             if a.root_key > best_key or (
                 a.root_key == best_key and (a.root_seq > best_seq or (a.root_seq == best_seq and q.order < best_order))
             ):
-                best_key, best_seq, best_order, best_port = a.root_key, a.root_seq, q.order, port
+                best_key, best_seq, best_order, best_port = a.root_key, a.root_seq, float(q.order), port
         if best_port is not None and best_port != self.parent:
             self._set_parent(best_port)
             self._announce_to_all(now)

@@ -123,7 +123,7 @@ class Frame:
       * Unknown types: ``payload`` = the raw body after the header.
     """
 
-    type: int
+    type: FrameType | LegacyFrameType | int  # the enum member for a known type (decode_frame), else the number
     hop_limit: int = 0
     destination_key: bytes = b""
     source_key: bytes = b""

@@ -229,8 +229,12 @@ def _check_payload(plen: int, i: int, n: int, t: int) -> None:
         raise MalformedFrame("bad_payload_length", detail, offset=10, frame_type=t)
 
 
-def _frame(t: int, hop: int, dk: bytes, sk: bytes, dc: _Coords, sc: _Coords, wm: Watermark, p: bytes) -> Frame:
-    """``Frame(...)`` minus the frozen-dataclass ``__init__`` cost: it sets the very same slots."""
+def _frame(
+    t: FrameType | LegacyFrameType | int, hop: int, dk: bytes, sk: bytes, dc: _Coords, sc: _Coords, wm: Watermark, p: bytes
+) -> Frame:
+    """``Frame(...)``; interpreted, minus the frozen-dataclass ``__init__`` cost: it sets the very same slots."""
+    if not _SHORTCUT:
+        return Frame(t, hop, dk, sk, dc, sc, wm, p)
     f = _new(Frame)
     _set(f, "type", t)
     _set(f, "hop_limit", hop)
@@ -245,8 +249,21 @@ def _frame(t: int, hop: int, dk: bytes, sk: bytes, dc: _Coords, sc: _Coords, wm:
 
 _new, _set = object.__new__, object.__setattr__
 _FRAME_FIELDS = "type hop_limit destination_key source_key destination_coords source_coords watermark payload"
-if " ".join(f.name for f in fields(Frame)) != _FRAME_FIELDS or hasattr(Frame, "__post_init__"):
-    _frame = Frame  # type: ignore[assignment]  # types.py changed shape: stay correct, lose the shortcut
+
+
+def _shortcut_works() -> bool:
+    """Whether :func:`_frame` may set a Frame's slots itself: not when types.py changed shape (stay correct,
+    lose the shortcut), nor for a Frame compiled by mypyc (whose own constructor is as cheap, and the only way)."""
+    if " ".join(f.name for f in fields(Frame)) != _FRAME_FIELDS or hasattr(Frame, "__post_init__"):
+        return False
+    try:
+        _new(Frame)
+    except TypeError:  # "object.__new__(Frame) is not safe": a compiled class
+        return False
+    return True
+
+
+_SHORTCUT = _shortcut_works()
 
 
 def _decode_body(data: bytes, t: int, hop_limit: int, n: int) -> Frame:
