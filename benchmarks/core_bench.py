@@ -1,10 +1,18 @@
-"""Issue 2 benchmarks: next-hop decision cost, and in-process convergence at scale.
+"""Issue 2 benchmarks: next-hop decision cost, and in-process convergence at scale; issue 14: the
+compiled core against the pure-Python one.
 
     .venv/bin/python benchmarks/core_bench.py            # everything (grid4-2025 takes minutes)
     .venv/bin/python benchmarks/core_bench.py --quick    # next-hop table + graph-250 only
+    .venv/bin/python benchmarks/core_bench.py --compare  # compiled vs pure core, side by side (--quick too)
 
 Targets: <= 5 us per next-hop decision and <= 2x growth from 100 to 10 000
 table entries; grid4-2025 converged (virtual clock) in <= 60 s wall and <= 2 GB.
+
+``--compare`` runs the measurements twice in child processes, once on the core this install runs
+(compiled by mypyc when ``pip install`` could) and once with ``SNEKBED_PURE_CORE=1`` (the ``.py``
+files), ``--rounds`` times each, alternating, and keeps each side's best (lowest) figure: the CPU
+time per forwarded frame (transit cache hit, and decode + decision + encode), per next-hop decision at
+100 and 10 000 table entries, and the in-process sim's wall time (its own ``wall_s``, start-up excluded).
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+import node.core  # noqa: E402
 from node.core import wire  # noqa: E402
 from node.core.crypto import Identity, derive_seed  # noqa: E402
 from node.core.router import Router  # noqa: E402
 from node.core.snek import Entry, next_hop_reference  # noqa: E402
+from node.core.state import frame_bytes  # noqa: E402
 from node.core.types import INITIAL_WATERMARK, Announcement, Frame, FrameType, Root  # noqa: E402
 
 TOPOLOGIES = REPO.parent / "shared" / "topologies" / "pinecone"
@@ -84,6 +94,85 @@ def bench_next_hop(sizes: list[int], decisions: int = 20_000) -> list[dict]:
     return rows
 
 
+def _transit_router() -> tuple[Router, list[int], list[Identity]]:
+    """B with five peers, ROOT's tree announced through each (B's parent: the first) and a bootstrap from each."""
+    ids = sorted((Identity(derive_seed("bench-transit", i)) for i in range(6)), key=lambda i: i.public_key)
+    root, me = ids[-1], ids[2]
+    peers = [ids[0], ids[1], ids[3], ids[4], root]
+    r = Router(me, 100.0, broadcasts=False)
+    ports = []
+    for k, ident in enumerate(peers):
+        port = r.add_peer(ident.public_key, 3, 100.0)
+        assert port is not None
+        ann = wire.sign_announcement_for_port(Announcement(root.public_key, 1, ()), root, 3 if ident is root else 10 + k)
+        if ident is not root:
+            ann = wire.sign_announcement_for_port(ann, ident, 3)
+        r.frame_received(port, wire.announcement_frame(ann), 100.0)
+        payload = wire.make_signed_root_payload(ident, 1_700_000_000_000, root.public_key, 1)
+        r.frame_received(port, Frame(FrameType.BOOTSTRAP, destination_key=ident.public_key,
+                                     payload=wire.encode_signed_root_payload(payload)), 100.0)  # fmt: skip
+        ports.append(port)
+    r.drain()
+    return r, ports, peers
+
+
+def bench_forwarding(frames: int = 20_000, reps: int = 5) -> dict:
+    """CPU per transit Traffic frame at a router with five peers, 100 B payloads, in batches of 32 as a
+    stream reader hands them over, outputs taken with ``drain()`` and encoded with ``frame_bytes`` (what
+    the shell does): through the transit cache (``bytes_received``, every frame a hit) and through the
+    full path (``decode_frame`` + ``frame_received`` + encode). SNEK-routed frames for the peers' keys
+    and tree-routed ones for their coordinates, from every other peer. Best of ``reps``."""
+    r, ports, peers = _transit_router()
+    raws: list[tuple[int, bytes]] = []
+    for i, src in enumerate(peers):
+        for j, dst in enumerate(peers):
+            if i == j:
+                continue
+            f = Frame(FrameType.TRAFFIC, hop_limit=10, destination_key=dst.public_key, source_key=src.public_key,
+                      source_coords=(10 + i, 3), payload=bytes(100))  # fmt: skip
+            raws.append((ports[i], wire.encode_frame(f)))
+            if j < len(peers) - 1:  # the last is the root, whose coordinates are empty
+                f = Frame(FrameType.TRAFFIC, hop_limit=10, destination_key=dst.public_key, source_key=src.public_key,
+                          destination_coords=(10 + j,), source_coords=(10 + i, 3), payload=bytes(100))  # fmt: skip
+                raws.append((ports[i], wire.encode_frame(f)))
+    batches = [(port, [(3, raw)] * 32) for port, raw in raws]
+    now = 100.5
+    decode = wire.decode_frame
+
+    def fast() -> int:
+        n = 0
+        while n < frames:
+            for port, batch in batches:
+                r.bytes_received(port, batch, now)
+                for _, item in r.drain().sends:
+                    frame_bytes(item)
+                n += len(batch)
+        return n
+
+    def full() -> int:
+        n = 0
+        while n < frames:
+            for port, batch in batches:
+                for _, raw in batch:
+                    r.frame_received(port, decode(raw), now)
+                for _, item in r.drain().sends:
+                    frame_bytes(item)
+                n += len(batch)
+        return n
+
+    out = {}
+    for name, run in (("cache_hit", fast), ("full_path", full)):
+        run()  # warm up (and fill the transit cache)
+        best = float("inf")
+        for _ in range(reps):
+            t = time.process_time()
+            n = run()
+            best = min(best, (time.process_time() - t) / n * 1e6)
+        out[f"us_per_frame_{name}"] = best
+    assert r.fast_forwards > 0
+    return out
+
+
 def bench_sim(name: str, timeout_s: float) -> dict:
     path = TOPOLOGIES / f"{name}.txt"
     cmd = [sys.executable, "-m", "orchestrator.cli", "sim", str(path), "--json", "--pairs", "100"]
@@ -99,6 +188,7 @@ def bench_sim(name: str, timeout_s: float) -> dict:
         "topology": name,
         "nodes": out["nodes"],
         "wall_s": wall,
+        "sim_wall_s": out["wall_s"],
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_rss_mb": after.ru_maxrss / 1024,
         "tree_s": out["tree_converged_s"],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .adversary import Adversary
 from .crypto import Identity
@@ -40,8 +40,12 @@ __all__ = ["MAX_PORTS", "SNEK_VARIANTS", "Encoded", "Output", "PeerState", "Rout
 SNEK_VARIANTS: Mapping[str, SnekFactory] = {name: v.factory for name, v in VARIANTS.items()}
 
 # plain ints for dispatch on the frame path (enum attribute lookups cost more than the comparison)
-_KEEPALIVE, _TREE_ANNOUNCEMENT, _BOOTSTRAP, _TRAFFIC, _WAKEUP_BROADCAST = (int(t) for t in FrameType)
-_NOTHING: tuple = ()
+_KEEPALIVE: Final = int(FrameType.KEEPALIVE)
+_TREE_ANNOUNCEMENT: Final = int(FrameType.TREE_ANNOUNCEMENT)
+_BOOTSTRAP: Final = int(FrameType.BOOTSTRAP)
+_TRAFFIC: Final = int(FrameType.TRAFFIC)
+_WAKEUP_BROADCAST: Final = int(FrameType.WAKEUP_BROADCAST)
+_NOTHING: Final[tuple[Any, ...]] = ()
 
 
 class Router(ForwardMixin):

@@ -21,15 +21,18 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from .state import PeerState
 from .types import LOCAL_PORT, Root, Watermark
 
 __all__ = ["Entry", "RoutingTable", "NextHop", "SnekView", "next_hop_reference", "EXPIRY_S", "ordered"]
 
-EXPIRY_S = 10.0  # virtualSnakeNeighExpiryPeriod
-NONE_PORT = -1  # "none": no next hop (bootstrap dead end)
+#: ``tuple.__new__``: builds a NamedTuple in C, where calling the class runs its Python-level ``__new__``
+_new_tuple: Final = tuple.__new__
+
+EXPIRY_S: Final = 10.0  # virtualSnakeNeighExpiryPeriod
+NONE_PORT: Final = -1  # "none": no next hop (bootstrap dead end)
 
 
 def ordered(a: bytes, b: bytes, c: bytes) -> bool:
@@ -212,9 +215,9 @@ class SnekView:
         # Step 6: the routing table.
         e = None
         wkey, wseq = wm
-        get = table._entries.get  # the dict's own C-level get: this loop is the hot path
+        entries = table._entries  # this loop is the hot path
         if not bootstrap and best_key != dest:
-            e = get(dest)
+            e = entries.get(dest)
             if e is not None and (not _usable(e, wkey, wseq, peers, now) or (only_root is not None and e.root != only_root)):
                 e = None
         if e is None:
@@ -225,7 +228,7 @@ class SnekView:
                 k = keys[i]
                 if k >= best_key or k > wkey:
                     break
-                cand = get(k)  # never None: ``keys`` are the table's keys
+                cand = entries.get(k)  # never None: ``keys`` are the table's keys
                 if (
                     cand is not None
                     and _usable(cand, wkey, wseq, peers, now)
@@ -245,7 +248,7 @@ class SnekView:
                     q.link_type == bp.link_type and q.root == bp.root and q.order < bp.order
                 ):
                     best_port, bp = port, q
-        return NextHop(best_port, Watermark(best_key, best_seq))
+        return _new_tuple(NextHop, (best_port, _new_tuple(Watermark, (best_key, best_seq))))  # NextHop(, Watermark())
 
 
 def _usable(e: Entry, wkey: bytes, wseq: int, peers: dict[int, PeerState], now: float) -> bool:

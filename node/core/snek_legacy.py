@@ -70,7 +70,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from . import crypto, wire
 from .errors import ProtocolError
@@ -91,10 +91,13 @@ from .types import (
 
 __all__ = ["LEGACY_EXPIRY_S", "PathEntry", "PathTable", "SnekLegacy"]
 
-LEGACY_EXPIRY_S = 3600.0  # §7.4: path expiry 1 h
+LEGACY_EXPIRY_S: Final = 3600.0  # §7.4: path expiry 1 h
 
-_BOOT, _ACK, _SETUP, _TEARDOWN = (int(t) for t in LegacyFrameType)
-_TYPE2 = int(FrameType.BOOTSTRAP)
+_BOOT: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP)
+_ACK: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP_ACK)
+_SETUP: Final = int(LegacyFrameType.LEGACY_SETUP)
+_TEARDOWN: Final = int(LegacyFrameType.LEGACY_TEARDOWN)
+_TYPE2: Final = int(FrameType.BOOTSTRAP)
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from . import wire
 from .announce import ParsedAnnouncement
@@ -22,7 +22,7 @@ from .types import Announcement, Frame, Root, Watermark
 
 __all__ = ["MAX_PORTS", "Encoded", "Output", "PeerState", "Send", "Timers", "frame_bytes", "tree_distance", "with_watermark"]
 
-MAX_PORTS = 253  # remote ports 1..253 (§3.3)
+MAX_PORTS: Final = 253  # remote ports 1..253 (§3.3)
 
 
 @dataclass(frozen=True, slots=True)

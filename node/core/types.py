@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = [
     "FrameType",
@@ -35,16 +35,16 @@ __all__ = [
     "LOCAL_PORT",
 ]
 
-KEY_LEN = 32
-SIG_LEN = 64
-HEADER_LEN = 10
-MAX_FRAME_LEN = 65_535
-MAX_HOP_LIMIT = 10  # initial hop limit of traffic (§4.9)
-BROADCAST_HOP_LIMIT = 5  # NetworkHorizonDistance (§4.9, §6.8)
-LOCAL_PORT = 0  # port 0 is the local router (the application)
-LEGACY_PATH_ID_LEN = 8  # §7.4: path IDs of the older SNEK variant
+KEY_LEN: Final = 32
+SIG_LEN: Final = 64
+HEADER_LEN: Final = 10
+MAX_FRAME_LEN: Final = 65_535
+MAX_HOP_LIMIT: Final = 10  # initial hop limit of traffic (§4.9)
+BROADCAST_HOP_LIMIT: Final = 5  # NetworkHorizonDistance (§4.9, §6.8)
+LOCAL_PORT: Final = 0  # port 0 is the local router (the application)
+LEGACY_PATH_ID_LEN: Final = 8  # §7.4: path IDs of the older SNEK variant
 
-FULL_MASK = b"\xff" * KEY_LEN
+FULL_MASK: Final = b"\xff" * KEY_LEN
 
 
 class FrameType(IntEnum):
@@ -97,7 +97,7 @@ class Watermark(NamedTuple):
         return self.seq != 0 and self.seq < other.seq
 
 
-INITIAL_WATERMARK = Watermark(FULL_MASK, 0)
+INITIAL_WATERMARK: Final = Watermark(FULL_MASK, 0)
 
 
 @dataclass(frozen=True, slots=True)
