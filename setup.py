@@ -35,6 +35,15 @@ def _say(msg: str) -> None:
     print(f"snekbed build: {msg}", file=sys.stderr)
 
 
+#: setup.py commands that build extensions; the others (egg_info, dist_info, sdist: pip asks for metadata
+#: twice before it builds) need no mypyc run, which takes a while
+BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop", "bdist_egg"}
+
+
+def _building() -> bool:
+    return any(arg in BUILD_COMMANDS for arg in sys.argv[1:])
+
+
 def _pure_requested() -> bool:
     return os.environ.get("SNEKBED_PURE", "").strip().lower() not in ("", "0", "no", "false", "off")
 
@@ -124,4 +133,4 @@ class OptionalBuildExt(build_ext):
         self.distribution.ext_modules = []
 
 
-setup(ext_modules=compiled_core(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=compiled_core() if _building() else [], cmdclass={"build_ext": OptionalBuildExt})
