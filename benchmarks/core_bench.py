@@ -67,7 +67,7 @@ def _router_with_table(n_entries: int, rng: random.Random) -> Router:
     return r
 
 
-def bench_next_hop(sizes: list[int], decisions: int = 20_000) -> list[dict]:
+def bench_next_hop(sizes: list[int], decisions: int = 20_000, reference: bool = True) -> list[dict]:
     rows = []
     for n in sizes:
         rng = random.Random(n)
@@ -84,12 +84,12 @@ def bench_next_hop(sizes: list[int], decisions: int = 20_000) -> list[dict]:
         for d in dests[:200]:
             r.snek_next_hop(d, True, INITIAL_WATERMARK, now)
         boot = (time.process_time() - t) / 200 * 1e6
-        ref_n = min(decisions, 200)
+        ref_n = min(decisions, 200) if reference else 0
         t = time.process_time()
         for d in dests[:ref_n]:
             next_hop_reference(own=r.key, dest=d, bootstrap=False, wm=INITIAL_WATERMARK, parent=r.parent,
                                root_key=r.root.key, peers=r.peers, table=r.table, now=now)
-        ref = (time.process_time() - t) / ref_n * 1e6
+        ref = (time.process_time() - t) / ref_n * 1e6 if ref_n else float("nan")
         rows.append({"entries": n, "us_per_decision": fast, "us_bootstrap": boot, "us_reference_scan": ref})
     return rows
 
@@ -198,12 +198,92 @@ def bench_sim(name: str, timeout_s: float) -> dict:
     }
 
 
+# ---------------------------------------------------------------- --compare: compiled vs pure core
+
+#: (key, label, unit) of the figures --compare shows, in order; lower is better for all of them
+COMPARED = [
+    ("us_per_frame_cache_hit", "forwarding, transit cache hit", "µs CPU / frame"),
+    ("us_per_frame_full_path", "forwarding, decode + decision + encode", "µs CPU / frame"),
+    ("next_hop_100", "next-hop decision, 100 table entries", "µs CPU"),
+    ("next_hop_10000", "next-hop decision, 10 000 table entries", "µs CPU"),
+    ("sim_graph-250", "sim graph-250 (248 nodes), converged", "s wall"),
+    ("sim_graph-250_cpu", "sim graph-250, whole process", "s CPU"),
+    ("sim_grid4-2025", "sim grid4-2025 (2025 nodes), converged", "s wall"),
+    ("sim_grid4-2025_cpu", "sim grid4-2025, whole process", "s CPU"),
+]
+
+
+def measure_core(quick: bool, reps: int) -> dict:
+    """Every figure of :data:`COMPARED` on the core this process runs (best of ``reps`` where cheap)."""
+    out: dict = {"core": node.core.implementation()}
+    for _ in range(reps):
+        for row in bench_next_hop([100, 10_000], reference=False):
+            key = f"next_hop_{row['entries']}"
+            out[key] = min(out.get(key, float("inf")), row["us_per_decision"])
+    out.update(bench_forwarding(reps=reps))
+    for name in ["graph-250"] + ([] if quick else ["grid4-2025"]):
+        sim = bench_sim(name, 1800)
+        if "error" in sim:
+            raise SystemExit(f"sim {name} failed on the {out['core']} core: {sim['error']}")
+        out[f"sim_{name}"], out[f"sim_{name}_cpu"] = sim["sim_wall_s"], sim["cpu_s"]
+    return out
+
+
+def compare(quick: bool, rounds: int, reps: int) -> dict[str, dict]:
+    """Run :func:`measure_core` in child processes, the installed core then the pure one, ``rounds`` times
+    alternating; keep each side's best figure."""
+    sides: dict[str, dict] = {"compiled": {}, "pure": {}}
+    for _ in range(rounds):
+        for side, best in sides.items():
+            env = {k: v for k, v in os.environ.items() if k != node.core.PURE_CORE_ENV}
+            if side == "pure":
+                env[node.core.PURE_CORE_ENV] = "1"
+            argv = [sys.executable, __file__, "--measure-core", "--reps", str(reps), *(["--quick"] if quick else [])]
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+            if proc.returncode != 0:
+                raise SystemExit(f"measuring the {side} core failed:\n{proc.stderr[-3000:]}")
+            got = json.loads(proc.stdout)
+            if side == "compiled" and got["core"] != "compiled (mypyc)":
+                raise SystemExit("the compiled core is not installed here (pip install -e . builds it; "
+                                 "docs/compiled-core.md): nothing to compare")  # fmt: skip
+            for key, value in got.items():
+                best[key] = value if key == "core" else min(best.get(key, float("inf")), value)
+    return sides
+
+
+def print_comparison(con: Console, sides: dict[str, dict], rounds: int) -> None:
+    t = Table(title=f"node/core compiled by mypyc vs pure Python (best of {rounds} alternating runs each)")
+    for c in ("measure", "unit", "pure Python", "compiled", "speed-up"):
+        t.add_column(c, justify="left" if c in ("measure", "unit") else "right")
+    pure, comp = sides["pure"], sides["compiled"]
+    for key, label, unit in COMPARED:
+        if key in pure and key in comp:
+            t.add_row(label, unit, f"{pure[key]:.3g}", f"{comp[key]:.3g}", f"{pure[key] / comp[key]:.2f}x")
+    t.caption = ("CPU figures are process_time per operation in one process; sims are `snekbed sim --json --pairs 100`, "
+                 "seed 0: their own wall_s (start-up excluded) and the whole process's CPU time.")
+    con.print(t)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip grid4-2025")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compare", action="store_true", help="the compiled core vs the pure-Python one, side by side")
+    ap.add_argument("--rounds", type=int, default=2, help="--compare: alternating runs per core (best kept)")
+    ap.add_argument("--reps", type=int, default=3, help="--compare: repetitions of each CPU measurement (best kept)")
+    ap.add_argument("--measure-core", action="store_true", help=argparse.SUPPRESS)  # --compare's child
     args = ap.parse_args()
     con = Console()
+    if args.measure_core:
+        print(json.dumps(measure_core(args.quick, args.reps)))
+        return
+    if args.compare:
+        sides = compare(args.quick, args.rounds, args.reps)
+        if args.json:
+            print(json.dumps(sides))
+        else:
+            print_comparison(con, sides, args.rounds)
+        return
     nh = bench_next_hop([100, 1_000, 10_000])
     sims = [bench_sim("graph-250", 600)]
     if not args.quick:
