@@ -52,6 +52,18 @@ class Entry:
     seq: int  # watermark = (key, seq)
     ttl: float = EXPIRY_S  # lifetime without a refresh (the entry_expiry knob)
 
+    def __init__(
+        self, key: bytes, source: int, destination: int, last_seen: float, root: Root, seq: int, ttl: float = EXPIRY_S
+    ) -> None:
+        # The dataclass __init__ written out (one per installed bootstrap): mypyc compiles it, not the generated one.
+        self.key = key
+        self.source = source
+        self.destination = destination
+        self.last_seen = last_seen
+        self.root = root
+        self.seq = seq
+        self.ttl = ttl
+
     def valid(self, now: float) -> bool:
         return now - self.last_seen < self.ttl
 

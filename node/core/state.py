@@ -128,6 +128,23 @@ class Output:
     ping_results: Sequence[PingResult]
     next_deadline: float
 
+    def __init__(
+        self,
+        sends: Sequence[Send],
+        disconnects: Sequence[tuple[int, str]],
+        delivered: Sequence[Frame],
+        events: Sequence[tuple[str, dict[str, Any]]],
+        ping_results: Sequence[PingResult],
+        next_deadline: float,
+    ) -> None:
+        # The dataclass __init__ written out (one per drain): mypyc compiles it, not the generated one.
+        self.sends = sends
+        self.disconnects = disconnects
+        self.delivered = delivered
+        self.events = events
+        self.ping_results = ping_results
+        self.next_deadline = next_deadline
+
 
 def with_watermark(f: Frame, wm: Watermark) -> Frame:
     """``dataclasses.replace(f, watermark=wm)``, without its per-call introspection (hot path)."""

@@ -132,6 +132,30 @@ class Frame:
     watermark: Watermark = INITIAL_WATERMARK
     payload: bytes = b""
 
+    def __init__(
+        self,
+        type: FrameType | LegacyFrameType | int,
+        hop_limit: int = 0,
+        destination_key: bytes = b"",
+        source_key: bytes = b"",
+        destination_coords: tuple[int, ...] = (),
+        source_coords: tuple[int, ...] = (),
+        watermark: Watermark = INITIAL_WATERMARK,
+        payload: bytes = b"",
+    ) -> None:
+        # The dataclass __init__, written out (dataclasses keeps a class's own; the fields' defaults above must
+        # match, tests/node/core/test_compiled_core.py checks it): mypyc compiles this one and turns each
+        # object.__setattr__ into a plain store, where the generated one would run interpreted. Interpreted,
+        # it is still no slower than the generated one.
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "hop_limit", hop_limit)
+        object.__setattr__(self, "destination_key", destination_key)
+        object.__setattr__(self, "source_key", source_key)
+        object.__setattr__(self, "destination_coords", destination_coords)
+        object.__setattr__(self, "source_coords", source_coords)
+        object.__setattr__(self, "watermark", watermark)
+        object.__setattr__(self, "payload", payload)
+
 
 @dataclass(frozen=True, slots=True)
 class SigHop:

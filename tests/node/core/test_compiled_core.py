@@ -9,6 +9,7 @@ compiles it. ``SNEKBED_PURE_CORE=1`` and a changed source must select the pure c
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -122,3 +123,31 @@ def test_wire_vectors_pass_on_both_cores() -> None:
                    pure=pure)  # fmt: skip
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
         assert " passed" in out.stdout and " skipped" not in out.stdout, out.stdout[-1000:]
+
+
+def _dataclass_inits() -> list[tuple[str, ast.ClassDef, ast.FunctionDef]]:
+    found = []
+    for path in sorted((REPO / "node" / "core").glob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if isinstance(cls, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+                init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+                if init is not None:
+                    found.append((f"{path.name}:{cls.name}", cls, init))
+    return found
+
+
+def test_written_out_dataclass_inits_match_their_fields() -> None:
+    """Dataclasses whose __init__ is written out (so that mypyc compiles it) take exactly their fields: same
+    names, order, annotations and defaults, and set each one."""
+    inits = _dataclass_inits()
+    assert {name for name, _, _ in inits} >= {"types.py:Frame", "state.py:Output", "snek.py:Entry"}
+    for name, cls, init in inits:
+        fields = [(f.target.id, ast.unparse(f.annotation), f.value and ast.unparse(f.value))  # type: ignore[union-attr]
+                  for f in cls.body if isinstance(f, ast.AnnAssign)]  # fmt: skip
+        args = init.args.args[1:]
+        defaults = [None] * (len(args) - len(init.args.defaults)) + [ast.unparse(d) for d in init.args.defaults]
+        params = [(a.arg, ast.unparse(a.annotation), d) for a, d in zip(args, defaults)]  # type: ignore[arg-type]
+        assert params == fields, name
+        body = ast.unparse(init)
+        for field, _, _ in fields:
+            assert f"self.{field} = {field}" in body or f"object.__setattr__(self, '{field}', {field})" in body, (name, field)
