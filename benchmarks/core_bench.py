@@ -282,7 +282,7 @@ def main() -> None:
         if args.json:
             print(json.dumps(sides))
         else:
-            print_comparison(con, sides, args.rounds)
+            print_comparison(Console(width=max(con.width, 110)), sides, args.rounds)
         return
     nh = bench_next_hop([100, 1_000, 10_000])
     sims = [bench_sim("graph-250", 600)]

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "DIGEST_FILE", "PURE_CORE_ENV", "SHARED_LIBRARY", "implementation", "source_digest"]
+__all__ = ["COMPILED", "DIGEST_FILE", "PURE_CORE_ENV", "SHARED_LIBRARY", "STALE", "implementation", "source_digest"]
 
 #: set to 1 (or true/yes/on) to run the pure-Python core although the compiled one is installed
 PURE_CORE_ENV = "SNEKBED_PURE_CORE"
@@ -68,27 +68,33 @@ def _installed() -> bool:
     return any((_HERE / (SHARED_LIBRARY + suffix)).is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
+def _stale() -> bool:
+    """Compiled extensions are installed, but not from the ``.py`` files as they are now."""
+    if not _installed():
+        return False
+    try:
+        built_from = (_HERE / DIGEST_FILE).read_text().strip()
+    except OSError:
+        built_from = "(no digest)"
+    return built_from != source_digest()
+
+
 def _choose() -> bool:
     """True for the compiled core; otherwise install the import hook (when extensions are there) and say why."""
     if not _installed():
         return False
-    if os.environ.get(PURE_CORE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
-        why = None
-    else:
-        try:
-            built_from = (_HERE / DIGEST_FILE).read_text().strip()
-        except OSError:
-            built_from = "(no digest)"
-        if built_from == source_digest():
-            return True
-        why = (f"node/core was compiled from other sources than its .py files now ({DIGEST_FILE} differs): "
-               "running the pure-Python core; reinstall (pip install -e .) to compile it again")  # fmt: skip
+    if STALE:
+        warnings.warn(f"node/core was compiled from other sources than its .py files now ({DIGEST_FILE} differs): "
+                      "running the pure-Python core; reinstall (pip install -e .) to compile it again",
+                      RuntimeWarning, stacklevel=2)  # fmt: skip
+    elif os.environ.get(PURE_CORE_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
+        return True
     sys.meta_path.insert(0, _SourceFinder())
-    if why:
-        warnings.warn(why, RuntimeWarning, stacklevel=2)
     return False
 
 
+#: compiled extensions are installed but were built from other sources (``pip install -e .`` compiles again)
+STALE = _stale()
 #: whether this process runs the compiled core (decided once, when node.core is first imported)
 COMPILED = _choose()
 
