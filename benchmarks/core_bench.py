@@ -1,10 +1,18 @@
-"""Issue 2 benchmarks: next-hop decision cost, and in-process convergence at scale.
+"""Issue 2 benchmarks: next-hop decision cost, and in-process convergence at scale; issue 14: the
+compiled core against the pure-Python one.
 
     .venv/bin/python benchmarks/core_bench.py            # everything (grid4-2025 takes minutes)
     .venv/bin/python benchmarks/core_bench.py --quick    # next-hop table + graph-250 only
+    .venv/bin/python benchmarks/core_bench.py --compare  # compiled vs pure core, side by side (--quick too)
 
 Targets: <= 5 us per next-hop decision and <= 2x growth from 100 to 10 000
 table entries; grid4-2025 converged (virtual clock) in <= 60 s wall and <= 2 GB.
+
+``--compare`` runs the measurements twice in child processes, once on the core this install runs
+(compiled by mypyc when ``pip install`` could) and once with ``SNEKBED_PURE_CORE=1`` (the ``.py``
+files), ``--rounds`` times each, alternating, and keeps each side's best (lowest) figure: the CPU
+time per forwarded frame (transit cache hit, and decode + decision + encode), per next-hop decision at
+100 and 10 000 table entries, and the in-process sim's wall time (its own ``wall_s``, start-up excluded).
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+import node.core  # noqa: E402
 from node.core import wire  # noqa: E402
 from node.core.crypto import Identity, derive_seed  # noqa: E402
 from node.core.router import Router  # noqa: E402
 from node.core.snek import Entry, next_hop_reference  # noqa: E402
+from node.core.state import frame_bytes  # noqa: E402
 from node.core.types import INITIAL_WATERMARK, Announcement, Frame, FrameType, Root  # noqa: E402
 
 TOPOLOGIES = REPO.parent / "shared" / "topologies" / "pinecone"
@@ -57,7 +67,7 @@ def _router_with_table(n_entries: int, rng: random.Random) -> Router:
     return r
 
 
-def bench_next_hop(sizes: list[int], decisions: int = 20_000) -> list[dict]:
+def bench_next_hop(sizes: list[int], decisions: int = 20_000, reference: bool = True) -> list[dict]:
     rows = []
     for n in sizes:
         rng = random.Random(n)
@@ -74,14 +84,93 @@ def bench_next_hop(sizes: list[int], decisions: int = 20_000) -> list[dict]:
         for d in dests[:200]:
             r.snek_next_hop(d, True, INITIAL_WATERMARK, now)
         boot = (time.process_time() - t) / 200 * 1e6
-        ref_n = min(decisions, 200)
+        ref_n = min(decisions, 200) if reference else 0
         t = time.process_time()
         for d in dests[:ref_n]:
             next_hop_reference(own=r.key, dest=d, bootstrap=False, wm=INITIAL_WATERMARK, parent=r.parent,
                                root_key=r.root.key, peers=r.peers, table=r.table, now=now)
-        ref = (time.process_time() - t) / ref_n * 1e6
+        ref = (time.process_time() - t) / ref_n * 1e6 if ref_n else float("nan")
         rows.append({"entries": n, "us_per_decision": fast, "us_bootstrap": boot, "us_reference_scan": ref})
     return rows
+
+
+def _transit_router() -> tuple[Router, list[int], list[Identity]]:
+    """B with five peers, ROOT's tree announced through each (B's parent: the first) and a bootstrap from each."""
+    ids = sorted((Identity(derive_seed("bench-transit", i)) for i in range(6)), key=lambda i: i.public_key)
+    root, me = ids[-1], ids[2]
+    peers = [ids[0], ids[1], ids[3], ids[4], root]
+    r = Router(me, 100.0, broadcasts=False)
+    ports = []
+    for k, ident in enumerate(peers):
+        port = r.add_peer(ident.public_key, 3, 100.0)
+        assert port is not None
+        ann = wire.sign_announcement_for_port(Announcement(root.public_key, 1, ()), root, 3 if ident is root else 10 + k)
+        if ident is not root:
+            ann = wire.sign_announcement_for_port(ann, ident, 3)
+        r.frame_received(port, wire.announcement_frame(ann), 100.0)
+        payload = wire.make_signed_root_payload(ident, 1_700_000_000_000, root.public_key, 1)
+        r.frame_received(port, Frame(FrameType.BOOTSTRAP, destination_key=ident.public_key,
+                                     payload=wire.encode_signed_root_payload(payload)), 100.0)  # fmt: skip
+        ports.append(port)
+    r.drain()
+    return r, ports, peers
+
+
+def bench_forwarding(frames: int = 20_000, reps: int = 5) -> dict:
+    """CPU per transit Traffic frame at a router with five peers, 100 B payloads, in batches of 32 as a
+    stream reader hands them over, outputs taken with ``drain()`` and encoded with ``frame_bytes`` (what
+    the shell does): through the transit cache (``bytes_received``, every frame a hit) and through the
+    full path (``decode_frame`` + ``frame_received`` + encode). SNEK-routed frames for the peers' keys
+    and tree-routed ones for their coordinates, from every other peer. Best of ``reps``."""
+    r, ports, peers = _transit_router()
+    raws: list[tuple[int, bytes]] = []
+    for i, src in enumerate(peers):
+        for j, dst in enumerate(peers):
+            if i == j:
+                continue
+            f = Frame(FrameType.TRAFFIC, hop_limit=10, destination_key=dst.public_key, source_key=src.public_key,
+                      source_coords=(10 + i, 3), payload=bytes(100))  # fmt: skip
+            raws.append((ports[i], wire.encode_frame(f)))
+            if j < len(peers) - 1:  # the last is the root, whose coordinates are empty
+                f = Frame(FrameType.TRAFFIC, hop_limit=10, destination_key=dst.public_key, source_key=src.public_key,
+                          destination_coords=(10 + j,), source_coords=(10 + i, 3), payload=bytes(100))  # fmt: skip
+                raws.append((ports[i], wire.encode_frame(f)))
+    batches = [(port, [(3, raw)] * 32) for port, raw in raws]
+    now = 100.5
+    decode = wire.decode_frame
+
+    def fast() -> int:
+        n = 0
+        while n < frames:
+            for port, batch in batches:
+                r.bytes_received(port, batch, now)
+                for _, item in r.drain().sends:
+                    frame_bytes(item)
+                n += len(batch)
+        return n
+
+    def full() -> int:
+        n = 0
+        while n < frames:
+            for port, batch in batches:
+                for _, raw in batch:
+                    r.frame_received(port, decode(raw), now)
+                for _, item in r.drain().sends:
+                    frame_bytes(item)
+                n += len(batch)
+        return n
+
+    out = {}
+    for name, run in (("cache_hit", fast), ("full_path", full)):
+        run()  # warm up (and fill the transit cache)
+        best = float("inf")
+        for _ in range(reps):
+            t = time.process_time()
+            n = run()
+            best = min(best, (time.process_time() - t) / n * 1e6)
+        out[f"us_per_frame_{name}"] = best
+    assert r.fast_forwards > 0
+    return out
 
 
 def bench_sim(name: str, timeout_s: float) -> dict:
@@ -99,6 +188,7 @@ def bench_sim(name: str, timeout_s: float) -> dict:
         "topology": name,
         "nodes": out["nodes"],
         "wall_s": wall,
+        "sim_wall_s": out["wall_s"],
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_rss_mb": after.ru_maxrss / 1024,
         "tree_s": out["tree_converged_s"],
@@ -108,12 +198,92 @@ def bench_sim(name: str, timeout_s: float) -> dict:
     }
 
 
+# ---------------------------------------------------------------- --compare: compiled vs pure core
+
+#: (key, label, unit) of the figures --compare shows, in order; lower is better for all of them
+COMPARED = [
+    ("us_per_frame_cache_hit", "forwarding, transit cache hit", "µs CPU / frame"),
+    ("us_per_frame_full_path", "forwarding, decode + decision + encode", "µs CPU / frame"),
+    ("next_hop_100", "next-hop decision, 100 table entries", "µs CPU"),
+    ("next_hop_10000", "next-hop decision, 10 000 table entries", "µs CPU"),
+    ("sim_graph-250", "sim graph-250 (248 nodes), converged", "s wall"),
+    ("sim_graph-250_cpu", "sim graph-250, whole process", "s CPU"),
+    ("sim_grid4-2025", "sim grid4-2025 (2025 nodes), converged", "s wall"),
+    ("sim_grid4-2025_cpu", "sim grid4-2025, whole process", "s CPU"),
+]
+
+
+def measure_core(quick: bool, reps: int) -> dict:
+    """Every figure of :data:`COMPARED` on the core this process runs (best of ``reps`` where cheap)."""
+    out: dict = {"core": node.core.implementation()}
+    for _ in range(reps):
+        for row in bench_next_hop([100, 10_000], reference=False):
+            key = f"next_hop_{row['entries']}"
+            out[key] = min(out.get(key, float("inf")), row["us_per_decision"])
+    out.update(bench_forwarding(reps=reps))
+    for name in ["graph-250"] + ([] if quick else ["grid4-2025"]):
+        sim = bench_sim(name, 1800)
+        if "error" in sim:
+            raise SystemExit(f"sim {name} failed on the {out['core']} core: {sim['error']}")
+        out[f"sim_{name}"], out[f"sim_{name}_cpu"] = sim["sim_wall_s"], sim["cpu_s"]
+    return out
+
+
+def compare(quick: bool, rounds: int, reps: int) -> dict[str, dict]:
+    """Run :func:`measure_core` in child processes, the installed core then the pure one, ``rounds`` times
+    alternating; keep each side's best figure."""
+    sides: dict[str, dict] = {"compiled": {}, "pure": {}}
+    for _ in range(rounds):
+        for side, best in sides.items():
+            env = {k: v for k, v in os.environ.items() if k != node.core.PURE_CORE_ENV}
+            if side == "pure":
+                env[node.core.PURE_CORE_ENV] = "1"
+            argv = [sys.executable, __file__, "--measure-core", "--reps", str(reps), *(["--quick"] if quick else [])]
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+            if proc.returncode != 0:
+                raise SystemExit(f"measuring the {side} core failed:\n{proc.stderr[-3000:]}")
+            got = json.loads(proc.stdout)
+            if side == "compiled" and got["core"] != "compiled (mypyc)":
+                raise SystemExit("the compiled core is not installed here (pip install -e . builds it; "
+                                 "docs/compiled-core.md): nothing to compare")  # fmt: skip
+            for key, value in got.items():
+                best[key] = value if key == "core" else min(best.get(key, float("inf")), value)
+    return sides
+
+
+def print_comparison(con: Console, sides: dict[str, dict], rounds: int) -> None:
+    t = Table(title=f"node/core compiled by mypyc vs pure Python (best of {rounds} alternating runs each)")
+    for c in ("measure", "unit", "pure Python", "compiled", "speed-up"):
+        t.add_column(c, justify="left" if c in ("measure", "unit") else "right")
+    pure, comp = sides["pure"], sides["compiled"]
+    for key, label, unit in COMPARED:
+        if key in pure and key in comp:
+            t.add_row(label, unit, f"{pure[key]:.3g}", f"{comp[key]:.3g}", f"{pure[key] / comp[key]:.2f}x")
+    t.caption = ("CPU figures are process_time per operation in one process; sims are `snekbed sim --json --pairs 100`, "
+                 "seed 0: their own wall_s (start-up excluded) and the whole process's CPU time.")
+    con.print(t)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip grid4-2025")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compare", action="store_true", help="the compiled core vs the pure-Python one, side by side")
+    ap.add_argument("--rounds", type=int, default=2, help="--compare: alternating runs per core (best kept)")
+    ap.add_argument("--reps", type=int, default=3, help="--compare: repetitions of each CPU measurement (best kept)")
+    ap.add_argument("--measure-core", action="store_true", help=argparse.SUPPRESS)  # --compare's child
     args = ap.parse_args()
     con = Console()
+    if args.measure_core:
+        print(json.dumps(measure_core(args.quick, args.reps)))
+        return
+    if args.compare:
+        sides = compare(args.quick, args.rounds, args.reps)
+        if args.json:
+            print(json.dumps(sides))
+        else:
+            print_comparison(Console(width=max(con.width, 110)), sides, args.rounds)
+        return
     nh = bench_next_hop([100, 1_000, 10_000])
     sims = [bench_sim("graph-250", 600)]
     if not args.quick:

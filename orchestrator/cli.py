@@ -11,6 +11,8 @@ import importlib
 
 import click
 
+from node.core import implementation as core_implementation
+
 # command name -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
     "sim": "orchestrator.sim_cli:sim",
@@ -65,7 +67,7 @@ def _unavailable(name: str, exc: ModuleNotFoundError) -> click.Command:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="snekbed")
+@click.version_option(package_name="snekbed", message=f"%(prog)s, version %(version)s\ncore: {core_implementation()}")
 def main() -> None:
     """snekbed: a testbed for SNEK overlay routing (Pinecone spanning tree + virtual snake)."""
 

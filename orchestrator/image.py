@@ -251,7 +251,9 @@ def project_source_files(root: Path = PROJECT_ROOT) -> list[Path]:
     """Files that go into the project wheel, relative to `root`, sorted.
 
     pyproject.toml (and README.md if present) plus everything under the packages,
-    except caches and hidden files. Raises ImageError if `root` has no pyproject.toml.
+    except caches, hidden files and build outputs (a compiled core's extensions and digest,
+    docs/compiled-core.md: the image runs the pure-Python core). Raises ImageError if `root` has
+    no pyproject.toml.
     """
     if not (root / "pyproject.toml").is_file():
         raise ImageError(f"no pyproject.toml in {root}: snekbed image build needs the project source tree")
@@ -260,7 +262,8 @@ def project_source_files(root: Path = PROJECT_ROOT) -> list[Path]:
         for path in (root / package).rglob("*"):
             rel = path.relative_to(root)
             hidden = any(part.startswith(".") or part == "__pycache__" for part in rel.parts)
-            if not hidden and path.is_file() and path.suffix not in (".pyc", ".pyo"):
+            built = path.suffix in (".pyc", ".pyo", ".so", ".pyd") or path.name == "_compiled.sha256"
+            if not hidden and path.is_file() and not built:
                 files.append(rel)
     return sorted(files)
 

@@ -65,4 +65,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e '.[all]'
   touch "$stamp"
 fi
-log "ready: $(.venv/bin/snekbed --version)"
+# The compiled protocol core (docs/compiled-core.md) is rebuilt when node/core changed since it was compiled.
+if .venv/bin/python -W ignore -c "import sys, node.core; sys.exit(1 if node.core.STALE else 0)"; then :; else
+  log "node/core changed since it was compiled: compiling it again"
+  .venv/bin/pip install -q -e '.[all]'
+fi
+log "ready: $(.venv/bin/snekbed --version | tr '\n' ' ')"

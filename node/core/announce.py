@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Final
 
 from . import wire
 from .crypto import verify_uncached
@@ -118,7 +119,7 @@ class AnnouncementCache:
         return parsed
 
 
-ANNOUNCEMENTS = AnnouncementCache()
+ANNOUNCEMENTS: Final = AnnouncementCache()
 
 
 def _digest(b: bytes) -> bytes:

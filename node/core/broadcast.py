@@ -12,13 +12,16 @@ from dataclasses import replace
 from . import wire
 from .errors import ProtocolError
 from .state import PeerState, tree_distance
+from .tree import TreeMixin
 from .types import BROADCAST_HOP_LIMIT, Frame, FrameType
 
 __all__ = ["BroadcastMixin"]
 
 
-class BroadcastMixin:
+class BroadcastMixin(TreeMixin):
     """§6.8 on the router's state."""
+
+    broadcast_seen: dict[bytes, tuple[int, float]]  # source key -> (sequence, when)
 
     def _send_own_broadcast(self, only_port: int | None, now: float) -> None:
         root = self.root

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from node.core.errors import MalformedFrame
 from node.core.types import KEY_LEN, SIG_LEN
@@ -20,20 +21,21 @@ __all__ = [
     "check_key", "SMALL_VARU64", "EMPTY_COORDS", "U16", "Verify",
 ]  # fmt: skip
 
-FRAME_MAGIC = b"pine"
-FRAME_VERSION = 0
-HANDSHAKE_VERSION = 0x01
-HANDSHAKE_LEN = 104  # 8 + 32 + 64
-CAPABILITIES = 0x3B  # LengthenedRootInterval|CryptographicSetups|DedupedCoordinateInfo|SoftState|HybridRouting
-SIGHOP_MIN_LEN = 1 + KEY_LEN + SIG_LEN  # 97
-PING_PREAMBLE = b"pineping"
-PING_LEN = 75
-PING, PONG = 0, 1
-TREE_TYPE = 1  # the frame type that carries a root announcement (error reports name it)
+FRAME_MAGIC: Final = b"pine"
+FRAME_VERSION: Final = 0
+HANDSHAKE_VERSION: Final = 0x01
+HANDSHAKE_LEN: Final = 104  # 8 + 32 + 64
+CAPABILITIES: Final = 0x3B  # LengthenedRootInterval|CryptographicSetups|DedupedCoordinateInfo|SoftState|HybridRouting
+SIGHOP_MIN_LEN: Final = 1 + KEY_LEN + SIG_LEN  # 97
+PING_PREAMBLE: Final = b"pineping"
+PING_LEN: Final = 75
+PING: Final = 0
+PONG: Final = 1
+TREE_TYPE: Final = 1  # the frame type that carries a root announcement (error reports name it)
 
-SMALL_VARU64 = tuple(bytes((i,)) for i in range(128))
-EMPTY_COORDS = b"\x00\x00"
-U16 = struct.Struct(">H")
+SMALL_VARU64: Final = tuple(bytes((i,)) for i in range(128))
+EMPTY_COORDS: Final = b"\x00\x00"
+U16: Final = struct.Struct(">H")
 Verify = Callable[[bytes, bytes, bytes], bool]  # crypto.verify's shape: (key, message, signature) -> ok
 
 

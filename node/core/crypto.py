@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import Final
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
@@ -94,7 +95,7 @@ class VerifyCache:
         return True
 
 
-_DEFAULT_CACHE = VerifyCache()
+_DEFAULT_CACHE: Final = VerifyCache()
 
 
 def verify_uncached(key: bytes, message: bytes, signature: bytes) -> bool:

@@ -20,18 +20,21 @@ Hop limiting (every hop rewrites the hop limit) turns the fast path off.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Final
 
 from . import wire
+from .broadcast import BroadcastMixin
 from .codec import U16
 from .state import Encoded, with_watermark
 from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType
 
 __all__ = ["TRANSIT_CACHE_MAX", "ForwardMixin", "TransitCache", "splice_watermark", "transit_key"]
 
-TRANSIT_CACHE_MAX = 4096
-_TRAFFIC = int(FrameType.TRAFFIC)
-_PING_PREAMBLE = wire.PING_PREAMBLE
-_LEN = U16
+TRANSIT_CACHE_MAX: Final = 4096
+_TRAFFIC: Final = int(FrameType.TRAFFIC)
+_PING_PREAMBLE: Final = wire.PING_PREAMBLE
+_LEN: Final = U16
+_new_tuple: Final = tuple.__new__  # builds a NamedTuple in C (calling the class runs a Python-level __new__)
 
 
 def transit_key(raw: bytes, own: bytes) -> tuple[bytes, int, int, bytes, bytes] | None:
@@ -101,8 +104,11 @@ class TransitCache:
         self.entries.clear()
 
 
-class ForwardMixin:
+class ForwardMixin(BroadcastMixin):
     """§6.5 for Traffic, §6.6, and :meth:`bytes_received`. Owns ``coords_cache`` and ``transit``."""
+
+    transit: TransitCache
+    fast_forwards: int  # transit frames forwarded from the cache
 
     def bytes_received(self, port: int, frames: list[tuple[int, bytes]], now: float) -> None:
         """Frames that arrived on ``port``, as ``(type byte, whole frame bytes)``, in order.
@@ -125,7 +131,8 @@ class ForwardMixin:
             key = (port, tr[0])
             hit = entries.get(key)
             if hit is not None:
-                self.outbox.append((hit[0], Encoded(_TRAFFIC, tr[4], tr[3], splice_watermark(raw, tr[1], tr[2], hit[1]))))
+                data = splice_watermark(raw, tr[1], tr[2], hit[1])
+                self.outbox.append((hit[0], _new_tuple(Encoded, (_TRAFFIC, tr[4], tr[3], data))))  # Encoded(...)
                 self.fast_forwards += 1
                 continue
             f = decode(raw)

@@ -8,6 +8,7 @@ Same contract as :mod:`node.core.wire`, which re-exports every public name here:
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from node.core import crypto
 from node.core.codec import (
@@ -54,10 +55,13 @@ __all__ = [
     "encode_legacy_teardown_payload", "decode_legacy_teardown_payload",
 ]  # fmt: skip
 
-_TREE = TREE_TYPE
-_LEGACY_BOOTSTRAP, _LEGACY_ACK, _LEGACY_SETUP, _LEGACY_TEARDOWN = (int(t) for t in LegacyFrameType)
-_HS_HEAD = struct.Struct(">B3xI")
-_PING = struct.Struct(">8sBH32s32s")
+_TREE: Final = TREE_TYPE
+_LEGACY_BOOTSTRAP: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP)
+_LEGACY_ACK: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP_ACK)
+_LEGACY_SETUP: Final = int(LegacyFrameType.LEGACY_SETUP)
+_LEGACY_TEARDOWN: Final = int(LegacyFrameType.LEGACY_TEARDOWN)
+_HS_HEAD: Final = struct.Struct(">B3xI")
+_PING: Final = struct.Struct(">8sBH32s32s")
 
 
 # -------------------------------------------------------- root announcement (§4.5)
@@ -342,8 +346,8 @@ def increment_ping_hops(payload: bytes) -> bytes:
 
 
 # ------------------------------------------------- verified signed root payloads, memoised
-_SIGNED_ROOT: dict[tuple[bytes, bytes], SignedRootPayload] = {}
-_SIGNED_ROOT_MAX = 100_000
+_SIGNED_ROOT: Final[dict[tuple[bytes, bytes], SignedRootPayload]] = {}
+_SIGNED_ROOT_MAX: Final = 100_000
 
 
 def signed_root(payload: bytes, key: bytes) -> SignedRootPayload | None:

@@ -12,15 +12,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Final
 
 from . import wire
 from .types import Frame
 
 __all__ = ["PingService", "PingResult", "PING", "PONG", "PING_TIMEOUT_S"]
 
-PING, PONG = 0, 1
-PING_TIMEOUT_S = 5.0
-_PREAMBLE = b"pineping"
+PING: Final = 0
+PONG: Final = 1
+PING_TIMEOUT_S: Final = 5.0
+_PREAMBLE: Final = b"pineping"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,19 +22,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from .adversary import Adversary
-from .broadcast import BroadcastMixin
 from .crypto import Identity
 from .forward import ForwardMixin, TransitCache
 from .ping import PingService
-from .snek import Entry, NextHop, RoutingTable
+from .snek import NextHop
 from .snek_api import SnekFactory, SnekStrategy
 from .state import MAX_PORTS, Encoded, Output, PeerState, Send, Timers
-from .tree import TreeMixin
 from .types import Announcement, Frame, FrameType, Root, Watermark
-from .variants import KNOBS, VARIANTS
+from .variants import KNOBS, VARIANTS, Variant
 
 __all__ = ["MAX_PORTS", "SNEK_VARIANTS", "Encoded", "Output", "PeerState", "Router", "Timers"]
 
@@ -42,11 +40,15 @@ __all__ = ["MAX_PORTS", "SNEK_VARIANTS", "Encoded", "Output", "PeerState", "Rout
 SNEK_VARIANTS: Mapping[str, SnekFactory] = {name: v.factory for name, v in VARIANTS.items()}
 
 # plain ints for dispatch on the frame path (enum attribute lookups cost more than the comparison)
-_KEEPALIVE, _TREE_ANNOUNCEMENT, _BOOTSTRAP, _TRAFFIC, _WAKEUP_BROADCAST = (int(t) for t in FrameType)
-_NOTHING: tuple = ()
+_KEEPALIVE: Final = int(FrameType.KEEPALIVE)
+_TREE_ANNOUNCEMENT: Final = int(FrameType.TREE_ANNOUNCEMENT)
+_BOOTSTRAP: Final = int(FrameType.BOOTSTRAP)
+_TRAFFIC: Final = int(FrameType.TRAFFIC)
+_WAKEUP_BROADCAST: Final = int(FrameType.WAKEUP_BROADCAST)
+_NOTHING: Final[tuple[Any, ...]] = ()
 
 
-class Router(TreeMixin, ForwardMixin, BroadcastMixin):
+class Router(ForwardMixin):
     """One Pinecone node's protocol state. See the module docstring for the contract."""
 
     def __init__(
@@ -97,10 +99,13 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         self.adversary: Adversary | None = None  # drops received frames by kind (chaos tests; node --adversary)
         self.fast_forwards = 0  # transit frames forwarded from the cache
         self.parent: int | None = None
-        variant = VARIANTS[snek] if isinstance(snek, str) else None
+        if isinstance(snek, str):
+            variant: Variant | None = VARIANTS[snek]
+            factory = VARIANTS[snek].factory
+        else:
+            variant, factory = None, snek
         defaults = {k: (variant.default(k) if variant else knob.default) for k, knob in KNOBS.items()}
         self.knobs: dict[str, Any] = defaults | dict(knobs or {})
-        factory = variant.factory if variant is not None else snek
         #: the variant's registry name ("custom" for a factory given directly)
         self.variant = variant.name if variant is not None else "custom"
         self.snek: SnekStrategy = factory(self, now)
@@ -127,13 +132,16 @@ class Router(TreeMixin, ForwardMixin, BroadcastMixin):
         self._recompute_deadline()
 
     @property
-    def table(self) -> RoutingTable:
-        """The SNEK variant's routing table."""
-        return self.snek.table  # type: ignore[return-value]
+    def table(self) -> Any:
+        """The SNEK variant's routing table (a :class:`~node.core.snek.RoutingTable` but for the legacy variant's
+        :class:`~node.core.snek_legacy.PathTable`)."""
+        return self.snek.table
 
     @property
-    def descending(self) -> Entry | None:
-        return self.snek.descending  # type: ignore[return-value]
+    def descending(self) -> Any:
+        """The SNEK variant's descending entry (an :class:`~node.core.snek.Entry` but for the legacy variant's
+        :class:`~node.core.snek_legacy.PathEntry`), or None."""
+        return self.snek.descending
 
     def snek_next_hop(self, dest: bytes, bootstrap: bool, wm: Watermark, now: float) -> NextHop:
         return self.snek.next_hop(dest, bootstrap, wm, now)

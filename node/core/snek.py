@@ -19,16 +19,20 @@ offered it; an exact match (non-bootstrap) beats everything and sticks.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Final, NamedTuple
 
 from .state import PeerState
 from .types import LOCAL_PORT, Root, Watermark
 
 __all__ = ["Entry", "RoutingTable", "NextHop", "SnekView", "next_hop_reference", "EXPIRY_S", "ordered"]
 
-EXPIRY_S = 10.0  # virtualSnakeNeighExpiryPeriod
-NONE_PORT = -1  # "none": no next hop (bootstrap dead end)
+#: ``tuple.__new__``: builds a NamedTuple in C, where calling the class runs its Python-level ``__new__``
+_new_tuple: Final = tuple.__new__
+
+EXPIRY_S: Final = 10.0  # virtualSnakeNeighExpiryPeriod
+NONE_PORT: Final = -1  # "none": no next hop (bootstrap dead end)
 
 
 def ordered(a: bytes, b: bytes, c: bytes) -> bool:
@@ -47,6 +51,18 @@ class Entry:
     root: Root
     seq: int  # watermark = (key, seq)
     ttl: float = EXPIRY_S  # lifetime without a refresh (the entry_expiry knob)
+
+    def __init__(
+        self, key: bytes, source: int, destination: int, last_seen: float, root: Root, seq: int, ttl: float = EXPIRY_S
+    ) -> None:
+        # The dataclass __init__ written out (one per installed bootstrap): mypyc compiles it, not the generated one.
+        self.key = key
+        self.source = source
+        self.destination = destination
+        self.last_seen = last_seen
+        self.root = root
+        self.seq = seq
+        self.ttl = ttl
 
     def valid(self, now: float) -> bool:
         return now - self.last_seen < self.ttl
@@ -73,7 +89,7 @@ class RoutingTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries.values())
 
     def get(self, key: bytes) -> Entry | None:
@@ -88,7 +104,7 @@ class RoutingTable:
         if self._entries.pop(key, None) is not None:
             del self.keys[bisect_left(self.keys, key)]
 
-    def remove_where(self, pred) -> int:
+    def remove_where(self, pred: Callable[[Entry], bool]) -> int:
         doomed = [k for k, e in self._entries.items() if pred(e)]
         if doomed:
             for k in doomed:
@@ -156,7 +172,9 @@ class SnekView:
         self._ports_by_key = by_key
         pp = peers.get(parent) if parent is not None else None
         self._parent_up = pp is not None and pp.up
-        self._parent_keys = frozenset(pp.hop_keys) if self._parent_up and pp.announcement is not None else frozenset()
+        self._parent_keys = (
+            frozenset(pp.hop_keys) if pp is not None and self._parent_up and pp.announcement is not None else frozenset()
+        )
         self.dirty = False
 
     def next_hop(
@@ -209,9 +227,9 @@ class SnekView:
         # Step 6: the routing table.
         e = None
         wkey, wseq = wm
-        get = table._entries.get  # the dict's own C-level get: this loop is the hot path
+        entries = table._entries  # this loop is the hot path
         if not bootstrap and best_key != dest:
-            e = get(dest)
+            e = entries.get(dest)
             if e is not None and (not _usable(e, wkey, wseq, peers, now) or (only_root is not None and e.root != only_root)):
                 e = None
         if e is None:
@@ -222,8 +240,12 @@ class SnekView:
                 k = keys[i]
                 if k >= best_key or k > wkey:
                     break
-                cand = get(k)
-                if _usable(cand, wkey, wseq, peers, now) and (only_root is None or cand.root == only_root):
+                cand = entries.get(k)  # never None: ``keys`` are the table's keys
+                if (
+                    cand is not None
+                    and _usable(cand, wkey, wseq, peers, now)
+                    and (only_root is None or cand.root == only_root)
+                ):
                     e = cand
                     break
                 i += 1
@@ -238,7 +260,7 @@ class SnekView:
                     q.link_type == bp.link_type and q.root == bp.root and q.order < bp.order
                 ):
                     best_port, bp = port, q
-        return NextHop(best_port, Watermark(best_key, best_seq))
+        return _new_tuple(NextHop, (best_port, _new_tuple(Watermark, (best_key, best_seq))))  # NextHop(, Watermark())
 
 
 def _usable(e: Entry, wkey: bytes, wseq: int, peers: dict[int, PeerState], now: float) -> bool:
@@ -268,7 +290,7 @@ def next_hop_reference(
     """§6.3 step by step, scanning everything. The oracle for the indexed version."""
     if not bootstrap and dest == own:  # 1
         return NextHop(LOCAL_PORT, wm)
-    best = {"key": own, "seq": 0, "port": NONE_PORT if bootstrap else LOCAL_PORT}  # 2
+    best: dict[str, Any] = {"key": own, "seq": 0, "port": NONE_PORT if bootstrap else LOCAL_PORT}  # 2
 
     def take(key: bytes, seq: int, port: int) -> None:
         best["key"], best["seq"], best["port"] = key, seq, port

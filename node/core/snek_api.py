@@ -65,10 +65,19 @@ class SnekHost(Protocol):
 class RouteEntry(Protocol):
     """What the router reads of a routing-table entry (the descending entry, the state document)."""
 
-    key: bytes
-    source: int  # the port the route's frames came in on (towards ``key``)
-    destination: int  # the port they went on to (NONE_PORT / LOCAL_PORT at an end)
-    last_seen: float
+    @property
+    def key(self) -> bytes: ...
+
+    @property
+    def source(self) -> int:
+        """The port the route's frames came in on (towards ``key``)."""
+
+    @property
+    def destination(self) -> int:
+        """The port they went on to (NONE_PORT / LOCAL_PORT at an end)."""
+
+    @property
+    def last_seen(self) -> float: ...
 
     def valid(self, now: float) -> bool:
         """Not yet expired at ``now`` (a route the next hop may use)."""
@@ -85,10 +94,17 @@ class SnekTable(Sized, Iterable[Any], Protocol):
 class SnekStrategy(Protocol):
     """One SNEK variant: its routing state, its messages, its next-hop rule."""
 
-    #: frame types this variant handles in :meth:`frame_received` (any other non-Traffic type is the router's)
-    frame_types: frozenset[int]
-    table: SnekTable
-    descending: RouteEntry | None
+    @property
+    def frame_types(self) -> frozenset[int]:
+        """Frame types this variant handles in :meth:`frame_received` (any other non-Traffic type is the router's)."""
+
+    @property
+    def table(self) -> SnekTable:
+        """The variant's routing table (the router only counts it and lists it)."""
+
+    @property
+    def descending(self) -> RouteEntry | None:
+        """The descending entry (§6.1), if any."""
 
     def reset(self, now: float) -> None:
         """Start-up state, and the full reset of §3.7 step 2 (the last peer went)."""

@@ -70,6 +70,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar, Final
 
 from . import crypto, wire
 from .errors import ProtocolError
@@ -90,10 +91,13 @@ from .types import (
 
 __all__ = ["LEGACY_EXPIRY_S", "PathEntry", "PathTable", "SnekLegacy"]
 
-LEGACY_EXPIRY_S = 3600.0  # §7.4: path expiry 1 h
+LEGACY_EXPIRY_S: Final = 3600.0  # §7.4: path expiry 1 h
 
-_BOOT, _ACK, _SETUP, _TEARDOWN = (int(t) for t in LegacyFrameType)
-_TYPE2 = int(FrameType.BOOTSTRAP)
+_BOOT: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP)
+_ACK: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP_ACK)
+_SETUP: Final = int(LegacyFrameType.LEGACY_SETUP)
+_TEARDOWN: Final = int(LegacyFrameType.LEGACY_TEARDOWN)
+_TYPE2: Final = int(FrameType.BOOTSTRAP)
 
 
 @dataclass(slots=True)
@@ -158,7 +162,7 @@ class PathTable:
 class SnekLegacy:
     """§7 on a router. Built once per router: ``SnekLegacy(host, now)``."""
 
-    frame_types = frozenset((*(int(t) for t in LegacyFrameType), _TYPE2))
+    frame_types: ClassVar[frozenset[int]] = frozenset((*(int(t) for t in LegacyFrameType), _TYPE2))
 
     def __init__(self, host: SnekHost, now: float) -> None:
         self.host = host
@@ -191,7 +195,7 @@ class SnekLegacy:
         peers = h.peers
         parent = h.parent
         pp = peers.get(parent) if parent is not None else None
-        if pp is not None and pp.up:  # 3
+        if parent is not None and pp is not None and pp.up:  # 3
             root_key = h.root.key
             if (bootstrap and own == dest) or own < dest < root_key:
                 best_key, best_port = root_key, parent
@@ -213,8 +217,8 @@ class SnekLegacy:
                 continue
             k = e.path_key
             if (exact and k == dest and best_key != dest) or dest < k < best_key:
-                q = peers.get(src)
-                if q is not None and q.up:
+                src_peer = peers.get(src)
+                if src_peer is not None and src_peer.up:
                     best_key, best_port = k, src
         return NextHop(best_port, INITIAL_WATERMARK)
 

@@ -7,6 +7,10 @@ implements. Its next hop is the indexed §6.3 of :mod:`node.core.snek`; its own 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
+
 from . import wire
 from .errors import ProtocolError
 from .snek import EXPIRY_S, Entry, NextHop, RoutingTable, SnekView
@@ -17,10 +21,11 @@ from .types import INITIAL_WATERMARK, Frame, FrameType, Root, Watermark
 __all__ = ["SnekReference"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a custom variant may build on it (tests/node/core/test_snek_seam.py)
 class SnekReference:
     """§6 as the reference does it. Built once per router: ``SnekReference(host, now)``."""
 
-    frame_types = frozenset((int(FrameType.BOOTSTRAP),))
+    frame_types: ClassVar[frozenset[int]] = frozenset((int(FrameType.BOOTSTRAP),))
 
     def __init__(self, host: SnekHost, now: float) -> None:
         self.host = host

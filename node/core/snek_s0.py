@@ -59,6 +59,8 @@ root). ``bootstrap_interval`` reaches it through ``host.t``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from . import wire
 from .errors import ProtocolError
 from .snek import EXPIRY_S, NONE_PORT, Entry, NextHop, RoutingTable, ordered
@@ -71,7 +73,7 @@ __all__ = ["SnekS0"]
 class SnekS0:
     """Seed S0's SNEK rules on the reference's frames. Built once per router: ``SnekS0(host, now)``."""
 
-    frame_types = frozenset((int(FrameType.BOOTSTRAP),))
+    frame_types: ClassVar[frozenset[int]] = frozenset((int(FrameType.BOOTSTRAP),))
 
     def __init__(self, host: SnekHost, now: float) -> None:
         self.host = host
@@ -100,7 +102,7 @@ class SnekS0:
         # 3. we have a chosen parent, and an announcement from it
         parent = h.parent
         pp = h.peers.get(parent) if parent is not None else None
-        if pp is not None and pp.up and pp.root is not None:
+        if parent is not None and pp is not None and pp.up and pp.root is not None:
             root_key = pp.root.key
             # 3.1 a bootstrap, best key still our own: the worst-case route up to the root.
             #     Deviation 1: only for our own bootstrap (dest == own), as the reference does (§10 item 4).

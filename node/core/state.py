@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from . import wire
 from .announce import ParsedAnnouncement
@@ -22,7 +22,7 @@ from .types import Announcement, Frame, Root, Watermark
 
 __all__ = ["MAX_PORTS", "Encoded", "Output", "PeerState", "Send", "Timers", "frame_bytes", "tree_distance", "with_watermark"]
 
-MAX_PORTS = 253  # remote ports 1..253 (§3.3)
+MAX_PORTS: Final = 253  # remote ports 1..253 (§3.3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +127,23 @@ class Output:
     events: Sequence[tuple[str, dict[str, Any]]]
     ping_results: Sequence[PingResult]
     next_deadline: float
+
+    def __init__(
+        self,
+        sends: Sequence[Send],
+        disconnects: Sequence[tuple[int, str]],
+        delivered: Sequence[Frame],
+        events: Sequence[tuple[str, dict[str, Any]]],
+        ping_results: Sequence[PingResult],
+        next_deadline: float,
+    ) -> None:
+        # The dataclass __init__ written out (one per drain): mypyc compiles it, not the generated one.
+        self.sends = sends
+        self.disconnects = disconnects
+        self.delivered = delivered
+        self.events = events
+        self.ping_results = ping_results
+        self.next_deadline = next_deadline
 
 
 def with_watermark(f: Frame, wm: Watermark) -> Frame:

@@ -10,15 +10,23 @@ from __future__ import annotations
 from . import wire
 from .announce import ANNOUNCEMENTS
 from .errors import ProtocolError
+from .parts import RouterParts
 from .state import PeerState, tree_distance
 from .types import LOCAL_PORT, Announcement, Frame, FrameType, Root
 
 __all__ = ["TreeMixin"]
 
 
-class TreeMixin:
+class TreeMixin(RouterParts):
     """§5 on the router's state. Owns: ``parent``, ``own_seq``, ``waiting``, ``hold_until``, ``order_counter``,
     ``next_tree_maintenance`` and the signature cache; reads ``peers`` and the up-port list."""
+
+    _self_ann: Announcement  # our own root announcement, rebuilt when own_seq moves
+    _self_root: Root
+    _sig_cache: tuple[bytes, bytes]  # (announcement bytes, our signature over them)
+    waiting: bool
+    hold_until: float | None
+    order_counter: int
 
     def _parent_state(self) -> PeerState | None:
         if self.parent is not None:
@@ -163,7 +171,7 @@ class TreeMixin:
             if a.root_key > best_key or (
                 a.root_key == best_key and (a.root_seq > best_seq or (a.root_seq == best_seq and q.order < best_order))
             ):
-                best_key, best_seq, best_order, best_port = a.root_key, a.root_seq, q.order, port
+                best_key, best_seq, best_order, best_port = a.root_key, a.root_seq, float(q.order), port
         if best_port is not None and best_port != self.parent:
             self._set_parent(best_port)
             self._announce_to_all(now)

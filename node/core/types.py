@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 __all__ = [
     "FrameType",
@@ -35,16 +35,16 @@ __all__ = [
     "LOCAL_PORT",
 ]
 
-KEY_LEN = 32
-SIG_LEN = 64
-HEADER_LEN = 10
-MAX_FRAME_LEN = 65_535
-MAX_HOP_LIMIT = 10  # initial hop limit of traffic (§4.9)
-BROADCAST_HOP_LIMIT = 5  # NetworkHorizonDistance (§4.9, §6.8)
-LOCAL_PORT = 0  # port 0 is the local router (the application)
-LEGACY_PATH_ID_LEN = 8  # §7.4: path IDs of the older SNEK variant
+KEY_LEN: Final = 32
+SIG_LEN: Final = 64
+HEADER_LEN: Final = 10
+MAX_FRAME_LEN: Final = 65_535
+MAX_HOP_LIMIT: Final = 10  # initial hop limit of traffic (§4.9)
+BROADCAST_HOP_LIMIT: Final = 5  # NetworkHorizonDistance (§4.9, §6.8)
+LOCAL_PORT: Final = 0  # port 0 is the local router (the application)
+LEGACY_PATH_ID_LEN: Final = 8  # §7.4: path IDs of the older SNEK variant
 
-FULL_MASK = b"\xff" * KEY_LEN
+FULL_MASK: Final = b"\xff" * KEY_LEN
 
 
 class FrameType(IntEnum):
@@ -97,7 +97,7 @@ class Watermark(NamedTuple):
         return self.seq != 0 and self.seq < other.seq
 
 
-INITIAL_WATERMARK = Watermark(FULL_MASK, 0)
+INITIAL_WATERMARK: Final = Watermark(FULL_MASK, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class Frame:
       * Unknown types: ``payload`` = the raw body after the header.
     """
 
-    type: int
+    type: FrameType | LegacyFrameType | int  # the enum member for a known type (decode_frame), else the number
     hop_limit: int = 0
     destination_key: bytes = b""
     source_key: bytes = b""
@@ -131,6 +131,30 @@ class Frame:
     source_coords: tuple[int, ...] = ()
     watermark: Watermark = INITIAL_WATERMARK
     payload: bytes = b""
+
+    def __init__(
+        self,
+        type: FrameType | LegacyFrameType | int,
+        hop_limit: int = 0,
+        destination_key: bytes = b"",
+        source_key: bytes = b"",
+        destination_coords: tuple[int, ...] = (),
+        source_coords: tuple[int, ...] = (),
+        watermark: Watermark = INITIAL_WATERMARK,
+        payload: bytes = b"",
+    ) -> None:
+        # The dataclass __init__, written out (dataclasses keeps a class's own; the fields' defaults above must
+        # match, tests/node/core/test_compiled_core.py checks it): mypyc compiles this one and turns each
+        # object.__setattr__ into a plain store, where the generated one would run interpreted. Interpreted,
+        # it is still no slower than the generated one.
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "hop_limit", hop_limit)
+        object.__setattr__(self, "destination_key", destination_key)
+        object.__setattr__(self, "source_key", source_key)
+        object.__setattr__(self, "destination_coords", destination_coords)
+        object.__setattr__(self, "source_coords", source_coords)
+        object.__setattr__(self, "watermark", watermark)
+        object.__setattr__(self, "payload", payload)
 
 
 @dataclass(frozen=True, slots=True)

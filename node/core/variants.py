@@ -223,10 +223,10 @@ def _knob_values(knobs: Mapping[str, Any] | Iterable[str]) -> dict[str, Any]:
         pairs = list(knobs.items())
     else:
         for item in knobs:
-            k, sep, v = str(item).partition("=")
-            if not sep or not k.strip():
+            name, sep, text = str(item).partition("=")
+            if not sep or not name.strip():
                 raise VariantError(f"knob {item!r} is not key=value")
-            pairs.append((k.strip(), v.strip()))
+            pairs.append((name.strip(), text.strip()))
     values: dict[str, Any] = {}
     for k, v in pairs:
         knob = KNOBS.get(k)

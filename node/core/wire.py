@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import fields
+from typing import Final
 
 from node.core.codec import (
     CAPABILITIES,
@@ -100,18 +101,25 @@ __all__ = [
     "encode_legacy_teardown_payload", "decode_legacy_teardown_payload",
 ]  # fmt: skip
 
-_KEEPALIVE, _TREE, _BOOTSTRAP, _TRAFFIC, _BROADCAST = 0, 1, 2, 3, 4
-_TYPES = tuple(FrameType)  # index by type byte for the known types
-_NAMES = ("keepalive", "tree announcement", "bootstrap", "traffic", "wakeup broadcast")
-_L_BOOT, _L_ACK, _L_SETUP, _L_TEARDOWN = (int(t) for t in LegacyFrameType)  # §7.4: 0xE0-0xE3
-_LEGACY_TYPES = tuple(LegacyFrameType)
-_LEGACY_NAMES = {_L_BOOT: "legacy bootstrap", _L_ACK: "legacy bootstrap ACK", _L_SETUP: "legacy setup",
+_KEEPALIVE: Final = 0
+_TREE: Final = 1
+_BOOTSTRAP: Final = 2
+_TRAFFIC: Final = 3
+_BROADCAST: Final = 4
+_TYPES: Final = tuple(FrameType)  # index by type byte for the known types
+_NAMES: Final = ("keepalive", "tree announcement", "bootstrap", "traffic", "wakeup broadcast")
+_L_BOOT: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP)  # §7.4: 0xE0-0xE3
+_L_ACK: Final = int(LegacyFrameType.LEGACY_BOOTSTRAP_ACK)
+_L_SETUP: Final = int(LegacyFrameType.LEGACY_SETUP)
+_L_TEARDOWN: Final = int(LegacyFrameType.LEGACY_TEARDOWN)
+_LEGACY_TYPES: Final = tuple(LegacyFrameType)
+_LEGACY_NAMES: Final = {_L_BOOT: "legacy bootstrap", _L_ACK: "legacy bootstrap ACK", _L_SETUP: "legacy setup",
                  _L_TEARDOWN: "legacy teardown"}  # fmt: skip
 
-_HDR = struct.Struct(">4sBBBBH")  # magic, version, type, extra, hop limit, total length
-_HDR_PLEN = struct.Struct(">4sBBBBHH")  # ... plus the u16 payload length every known body starts with
+_HDR: Final = struct.Struct(">4sBBBBH")  # magic, version, type, extra, hop limit, total length
+_HDR_PLEN: Final = struct.Struct(">4sBBBBHH")  # ... plus the u16 payload length every known body starts with
 _Coords = tuple[int, ...]
-_KEEPALIVE_FRAME = _HDR.pack(FRAME_MAGIC, FRAME_VERSION, _KEEPALIVE, 0, 0, HEADER_LEN)
+_KEEPALIVE_FRAME: Final = _HDR.pack(FRAME_MAGIC, FRAME_VERSION, _KEEPALIVE, 0, 0, HEADER_LEN)
 
 
 def _tname(t: int) -> str:
@@ -229,8 +237,12 @@ def _check_payload(plen: int, i: int, n: int, t: int) -> None:
         raise MalformedFrame("bad_payload_length", detail, offset=10, frame_type=t)
 
 
-def _frame(t: int, hop: int, dk: bytes, sk: bytes, dc: _Coords, sc: _Coords, wm: Watermark, p: bytes) -> Frame:
-    """``Frame(...)`` minus the frozen-dataclass ``__init__`` cost: it sets the very same slots."""
+def _frame(
+    t: FrameType | LegacyFrameType | int, hop: int, dk: bytes, sk: bytes, dc: _Coords, sc: _Coords, wm: Watermark, p: bytes
+) -> Frame:
+    """``Frame(...)``; interpreted, minus the frozen-dataclass ``__init__`` cost: it sets the very same slots."""
+    if not _SHORTCUT:
+        return Frame(t, hop, dk, sk, dc, sc, wm, p)
     f = _new(Frame)
     _set(f, "type", t)
     _set(f, "hop_limit", hop)
@@ -244,9 +256,23 @@ def _frame(t: int, hop: int, dk: bytes, sk: bytes, dc: _Coords, sc: _Coords, wm:
 
 
 _new, _set = object.__new__, object.__setattr__
-_FRAME_FIELDS = "type hop_limit destination_key source_key destination_coords source_coords watermark payload"
-if " ".join(f.name for f in fields(Frame)) != _FRAME_FIELDS or hasattr(Frame, "__post_init__"):
-    _frame = Frame  # type: ignore[assignment]  # types.py changed shape: stay correct, lose the shortcut
+_FRAME_FIELDS: Final = "type hop_limit destination_key source_key destination_coords source_coords watermark payload"
+
+
+def _shortcut_works() -> bool:
+    """Whether :func:`_frame` may set a Frame's slots itself: not when types.py changed shape (stay correct,
+    lose the shortcut), nor for a Frame compiled by mypyc (whose own constructor is as cheap, and the only way)."""
+    if " ".join(f.name for f in fields(Frame)) != _FRAME_FIELDS or hasattr(Frame, "__post_init__"):
+        return False
+    try:
+        _new(Frame)
+    except TypeError:  # "object.__new__(Frame) is not safe": a compiled class
+        return False
+    return True
+
+
+_SHORTCUT: Final = _shortcut_works()
+_new_tuple: Final = tuple.__new__  # builds a NamedTuple in C (calling the class runs a Python-level __new__)
 
 
 def _decode_body(data: bytes, t: int, hop_limit: int, n: int) -> Frame:
@@ -335,7 +361,7 @@ def _read_watermark(data: bytes, i: int, n: int, t: int) -> tuple[Watermark, int
         seq, i = read_varu64(data, i, n, f"{_NAMES[t]} watermark sequence", t=t)
     if seq == 0 and key == FULL_MASK:
         return INITIAL_WATERMARK, i
-    return Watermark(key, seq), i
+    return _new_tuple(Watermark, (key, seq)), i  # Watermark(key, seq)
 
 
 class FrameDecoder:
