@@ -250,14 +250,14 @@ def compute_inputs_hash(*, dockerfile: bytes, base: str, base_id: str,
 def project_source_files(root: Path = PROJECT_ROOT) -> list[Path]:
     """Files that go into the project wheel, relative to `root`, sorted.
 
-    pyproject.toml (and README.md if present) plus everything under the packages,
-    except caches, hidden files and build outputs (a compiled core's extensions and digest,
-    docs/compiled-core.md: the image runs the pure-Python core). Raises ImageError if `root` has
-    no pyproject.toml.
+    pyproject.toml, setup.py (it compiles the protocol core with mypyc, so the wheel and the image
+    carry the compiled core: docs/compiled-core.md) and README.md where present, plus everything under
+    the packages, except caches, hidden files and build outputs (a compiled core's extensions and
+    digest in an editable checkout). Raises ImageError if `root` has no pyproject.toml.
     """
     if not (root / "pyproject.toml").is_file():
         raise ImageError(f"no pyproject.toml in {root}: snekbed image build needs the project source tree")
-    files = [Path(name) for name in ("pyproject.toml", "README.md") if (root / name).is_file()]
+    files = [Path(name) for name in ("pyproject.toml", "setup.py", "README.md") if (root / name).is_file()]
     for package in PROJECT_PACKAGES:
         for path in (root / package).rglob("*"):
             rel = path.relative_to(root)
@@ -275,8 +275,11 @@ def copy_project_sources(root: Path, dest: Path) -> None:
 
 
 def hash_project_sources(root: Path = PROJECT_ROOT) -> str:
-    """Hash of the project's source files (names and contents). Raises ImageError."""
-    return _hash_fields("snekbed-src", ((str(rel), sha256_file(root / rel)) for rel in project_source_files(root)))
+    """Hash of the project's source files (names and contents), and of whether the build is asked for the
+    pure-Python core (``SNEKBED_PURE``: the same sources make another wheel). Raises ImageError."""
+    pure = os.environ.get("SNEKBED_PURE", "").strip().lower() not in ("", "0", "no", "false", "off")
+    return _hash_fields("snekbed-src", [*((str(rel), sha256_file(root / rel)) for rel in project_source_files(root)),
+                                        ("core", "pure" if pure else "compiled")])
 
 
 def runtime_dependencies(pyproject: Path = PROJECT_ROOT / "pyproject.toml") -> list[str]:
