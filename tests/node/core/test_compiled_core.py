@@ -125,6 +125,19 @@ def test_wire_vectors_pass_on_both_cores() -> None:
         assert " passed" in out.stdout and " skipped" not in out.stdout, out.stdout[-1000:]
 
 
+@pytest.mark.slow
+def test_every_core_test_passes_on_the_pure_core_too() -> None:
+    """The suite runs tests/node/core on the compiled core (the install's); here all of it runs once more in a
+    child process on the pure-Python core (SNEKBED_PURE_CORE=1), so the fallback is never untested."""
+    _need_compiled()
+    out = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "tests/node/core",
+                f"--ignore={Path(__file__).relative_to(REPO)}"], pure=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    tail = out.stdout.strip().splitlines()[-1]
+    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    assert int(tail.split(" passed")[0].split()[-1]) >= 300, tail  # the whole directory ran, not a stray file
+
+
 def _dataclass_inits() -> list[tuple[str, ast.ClassDef, ast.FunctionDef]]:
     found = []
     for path in sorted((REPO / "node" / "core").glob("*.py")):
