@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "wireshark": "orchestrator.capture.cli:wireshark",
     "dashboards": "orchestrator.dashboards:dashboards",
     "view": "orchestrator.view.cli:view",
+    "generate": "orchestrator.generate_cli:generate",
 }
 
 

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import generators as gen
+from orchestrator.generate_cli import generate
 from orchestrator.topology import Topology, TopologyError
 from orchestrator.topology_loaders import load_topology
 
@@ -135,3 +137,67 @@ def test_example_files_match_their_generators() -> None:
     assert mesh.node("n01").key_seed == "01" * 32
     slow = [i for i, link in enumerate(mesh.links) if link.shaping]
     assert len(slow) == 1 and mesh.link_class_of(slow[0]).shape.delay_ms == 40
+
+
+def _graph(topo: Topology) -> nx.Graph:
+    g = nx.Graph()
+    g.add_nodes_from(topo.node_names)
+    g.add_edges_from((link.a, link.b) for link in topo.links)
+    return g
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 400), degree=st.sampled_from([1.5, 3.0, 6.0, 10.0]), seed=st.integers(0, 10**6))
+def test_geometric_is_connected_simple_and_near_its_degree(n: int, degree: float, seed: int) -> None:
+    degree = min(degree, n - 1)
+    topo = gen.geometric(n, degree, seed)
+    g = _graph(topo)
+    assert g.number_of_nodes() == n and nx.is_connected(g)
+    assert g.number_of_edges() == len(topo.links)  # no duplicate links, no self-links (Topology refuses them)
+    assert topo == gen.geometric(n, degree, seed)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 400), degree=st.sampled_from([2, 4, 6, 8]), seed=st.integers(0, 10**6))
+def test_preferential_is_connected_with_its_degree_and_hubs(n: int, degree: int, seed: int) -> None:
+    topo = gen.preferential(n, degree, seed)
+    g = _graph(topo)
+    m = min(degree // 2, n - 1)
+    assert g.number_of_nodes() == n and nx.is_connected(g)
+    # a clique of m + 1, then m links per added node
+    assert g.number_of_edges() == m * (m + 1) // 2 + m * (n - m - 1)
+    assert topo == gen.preferential(n, degree, seed)
+
+
+def test_large_generated_graphs_have_the_asked_shape() -> None:
+    geo = _graph(gen.geometric(10_000, 6, 1))
+    pref = _graph(gen.preferential(10_000, 6, 1))
+    for g in (geo, pref):
+        assert nx.is_connected(g) and 5.8 < 2 * g.number_of_edges() / g.number_of_nodes() < 6.2
+    # preferential attachment makes hubs; the geometric graph's degrees stay near the mean
+    assert max(d for _, d in pref.degree) > 100 > 30 > max(d for _, d in geo.degree)
+    assert gen.geometric(50, 4, 1) != gen.geometric(50, 4, 2)
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: gen.geometric(1, 3, 0), "n must be at least 2"),
+    (lambda: gen.geometric(10, 0, 0), "mean_degree must be in"),
+    (lambda: gen.geometric(10, 12, 0), "mean_degree must be in"),
+    (lambda: gen.preferential(10, 1, 0), "mean_degree must be at least 2"),
+])  # fmt: skip
+def test_large_graph_generators_refuse_impossible_sizes(call, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=fragment):
+        call()
+
+
+def test_generate_command_writes_a_topology_every_command_loads(tmp_path: Path) -> None:
+    for kind, suffix in (("geometric", ".yaml"), ("preferential", ".json"), ("random", ".yaml")):
+        out = tmp_path / f"{kind}{suffix}"
+        res = CliRunner().invoke(generate, [kind, "--nodes", "300", "--seed", "4", "--link-class", "remote",
+                                            "-o", str(out)])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        loaded = load_topology(out)
+        assert len(loaded.node_names) == 300 and {x.link_class for x in loaded.links} == {"remote"}
+        assert nx.is_connected(_graph(loaded))
+    res = CliRunner().invoke(generate, ["random", "--nodes", "6000"])
+    assert res.exit_code != 0 and "use geometric or preferential" in res.output
