@@ -7,18 +7,24 @@ Otherwise run it on the reference graph-250 topology in the in-process backend.
 Either way it says which one ran and why, records the run
 directory (docs/run-dataset.md) under ``runs/<id>/``, analyzes it with Spark
 (``snekbed analyze``, local mode) and prints where the report is.
+
+Spark's JVM starts in a background thread while the scenario runs (it costs about 10 s of mostly waiting that
+would otherwise come after the run), and the demo ends with where its time went (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
-from pipeline.cli import analyze
+from pipeline import analysis, io
+from pipeline.errors import PipelineError
 
 from .chaos.cli import _line, execute, resolve_scenario
 from .chaos.scenario import ScenarioError, load_scenario
@@ -53,16 +59,73 @@ def _analysis_reason() -> str | None:
     return None
 
 
-def analyze_run(run_dir: Path, master: str) -> Path:
-    """`snekbed analyze RUN_DIR --out RUN_DIR/analysis`; returns the report's path. Raises ClickException."""
-    why = _analysis_reason()
-    if why:
-        raise click.ClickException(f"the run is recorded in {run_dir}, but it cannot be analyzed: {why}")
+class SparkWarmup:
+    """Start the analysis's SparkSession in a thread, so the JVM starts while the scenario runs.
+
+    ``session()`` waits for it and returns it, or raises what starting it raised. The session is built by
+    ``pipeline.io.get_spark`` with the settings ``snekbed analyze`` uses. The thread is a daemon: a demo that
+    fails before the analysis does not wait for it (``close()`` stops a session that did start).
+    """
+
+    def __init__(self, master: str, driver_memory: str = "2g") -> None:
+        self.started_at = time.monotonic()
+        self.ready_s: float | None = None  # how long the JVM and session took to start
+        self._spark: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(master, driver_memory), name="spark-warmup",
+                                        daemon=True)
+        self._thread.start()
+
+    def _start(self, master: str, driver_memory: str) -> None:
+        try:
+            self._spark = io.get_spark(master, "snekbed-analyze", driver_memory=driver_memory)
+        except BaseException as exc:  # handed to the caller of session()
+            self._error = exc
+        self.ready_s = time.monotonic() - self.started_at
+
+    def session(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._spark
+
+    def close(self) -> None:
+        if not self._thread.is_alive() and self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+def analyze_run(run_dir: Path, warm: SparkWarmup, timings: dict[str, float]) -> Path:
+    """What `snekbed analyze RUN_DIR --out RUN_DIR/analysis` does, on the warmed-up session; returns the
+    report's path and adds the analysis's phases to ``timings``. Raises ClickException."""
     out = run_dir / "analysis"
-    click.echo(f"demo: analyzing {run_dir} with Spark ({master})", err=True)
-    analyze.main([str(run_dir), "--out", str(out), "--master", master, "--driver-memory", "2g"],
-                 standalone_mode=False)
+    t = time.monotonic()
+    try:
+        spark = warm.session()
+        timings["analysis: waiting for Spark to start"] = time.monotonic() - t
+        click.echo(f"demo: analyzing {run_dir} with Spark", err=True)
+        t = time.monotonic()
+        result = analysis.analyze(spark, [run_dir], out,
+                                  progress=lambda stage, detail: click.echo(f"  {stage}: {detail}", err=True))
+        timings["analysis: jobs and report"] = time.monotonic() - t
+    except PipelineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        t = time.monotonic()
+        warm.close()
+        timings["analysis: stopping Spark"] = time.monotonic() - t
+    click.echo(f"demo: analyzed {result.events:,} events, {result.quarantined} line(s) quarantined", err=True)
     return out / "report.html"
+
+
+def where_time_went(timings: dict[str, float], total_s: float, spark_ready_s: float | None) -> str:
+    """The demo's closing breakdown: each phase's seconds and share of the whole."""
+    lines = [f"where the time went ({total_s:.0f} s in all):"]
+    for name, secs in timings.items():
+        lines.append(f"  {name:<42} {secs:6.1f} s  {100 * secs / total_s:3.0f} %")
+    if spark_ready_s is not None:
+        lines.append(f"  (Spark's JVM took {spark_ready_s:.1f} s to start, in the background while the scenario ran)")
+    return "\n".join(lines)
 
 
 @click.command()
@@ -97,15 +160,40 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
     except (ScenarioError, TopologyError) as exc:
         raise click.ClickException(str(exc)) from None
     t0 = time.monotonic()
-    out = execute(sc, topo, backend="docker" if why is None else "inproc", record=run_dir,
-                  progress=lambda rec: click.echo(_line(rec)))  # fmt: skip
+    timings: dict[str, float] = {}
+    warm: SparkWarmup | None = None
+    if do_analyze:
+        why_not = _analysis_reason()
+        if why_not:
+            raise click.ClickException(f"cannot analyze the run here: {why_not} (or run with --no-analyze)")
+        warm = SparkWarmup(master)
+    seen_at: list[float] = []  # wall clock of each step's record
+
+    def progress(rec: dict[str, Any]) -> None:
+        seen_at.append(time.monotonic())
+        click.echo(_line(rec))
+
+    try:
+        out = execute(sc, topo, backend="docker" if why is None else "inproc", record=run_dir, progress=progress)
+    except BaseException:
+        if warm is not None:
+            warm.close()
+        raise
+    scenario_s = time.monotonic() - t0
+    if seen_at:
+        timings["image check, nodes up, first convergence"] = seen_at[0] - t0
+        timings["faults and recoveries (scenario steps)"] = seen_at[-1] - seen_at[0]
+        timings["last pings answered, nodes removed"] = t0 + scenario_s - seen_at[-1]
+    else:
+        timings["scenario"] = scenario_s
     t = out["traffic"]
     click.echo(f"chaos verdict: {out['verdict']} (background pings delivered {t['delivered']}/{t['sent']}; "
-               f"{time.monotonic() - t0:.0f} s)")
+               f"{scenario_s:.0f} s)")
     click.echo(f"run directory: {run_dir}")
-    if do_analyze:
-        report = analyze_run(run_dir, master)
+    if warm is not None:
+        report = analyze_run(run_dir, warm, timings)
         click.echo(f"report: {report}")
         click.echo(f"        {report.with_suffix('.md')}  (tables: {report.parent / 'tables'})")
+    click.echo(where_time_went(timings, time.monotonic() - t0, warm.ready_s if warm is not None else None))
     if out["verdict"] != "pass":
         raise click.ClickException(f"the chaos checker failed steps {out['failed_steps']} (see above)")

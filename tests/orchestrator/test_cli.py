@@ -49,3 +49,7 @@ def test_demo_in_process_records_analyzes_and_says_where_the_report_is(tmp_path)
     assert report.is_file() and report.with_suffix(".md").is_file()
     md = report.with_suffix(".md").read_text()
     assert run_dir.name in md and "kill_root" in md
+    # the demo ends with where its time went, the analysis's share included (Spark started during the run)
+    tail = done.stdout[done.stdout.index("where the time went"):]
+    for phase in ("first convergence", "faults and recoveries", "analysis: jobs and report", "Spark's JVM took"):
+        assert phase in tail, tail
