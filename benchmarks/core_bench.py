@@ -173,8 +173,19 @@ def bench_forwarding(frames: int = 20_000, reps: int = 5) -> dict:
     return out
 
 
-def bench_sim(name: str, timeout_s: float) -> dict:
-    path = TOPOLOGIES / f"{name}.txt"
+def big_topology(nodes: int) -> Path:
+    """A generated internet-like graph of ``nodes`` nodes, mean degree 6 (``snekbed generate preferential``),
+    cached under benchmarks/.data."""
+    path = REPO / "benchmarks" / ".data" / f"preferential-{nodes}-d6-s1.yaml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "orchestrator.cli", "generate", "preferential", "--nodes", str(nodes),
+                        "--mean-degree", "6", "--seed", "1", "-o", str(path)], check=True, cwd=REPO)
+    return path
+
+
+def bench_sim(name: str, timeout_s: float, path: Path | None = None) -> dict:
+    path = path or TOPOLOGIES / f"{name}.txt"
     cmd = [sys.executable, "-m", "orchestrator.cli", "sim", str(path), "--json", "--pairs", "100"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
@@ -210,35 +221,49 @@ COMPARED = [
     ("sim_graph-250_cpu", "sim graph-250, whole process", "s CPU"),
     ("sim_grid4-2025", "sim grid4-2025 (2025 nodes), converged", "s wall"),
     ("sim_grid4-2025_cpu", "sim grid4-2025, whole process", "s CPU"),
+    ("sim_grid4-2025_rss", "sim grid4-2025, peak memory", "MB RSS"),
+    ("sim_big", "sim generated graph (--big N nodes), converged", "s wall"),
+    ("sim_big_cpu", "sim generated graph, whole process", "s CPU"),
+    ("sim_big_rss", "sim generated graph, peak memory", "MB RSS"),
 ]
 
 
-def measure_core(quick: bool, reps: int) -> dict:
-    """Every figure of :data:`COMPARED` on the core this process runs (best of ``reps`` where cheap)."""
+def measure_core(quick: bool, reps: int, big: int = 0) -> dict:
+    """Every figure of :data:`COMPARED` on the core this process runs (best of ``reps`` where cheap);
+    ``big``: also a generated graph of that many nodes."""
     out: dict = {"core": node.core.implementation()}
     for _ in range(reps):
         for row in bench_next_hop([100, 10_000], reference=False):
             key = f"next_hop_{row['entries']}"
             out[key] = min(out.get(key, float("inf")), row["us_per_decision"])
     out.update(bench_forwarding(reps=reps))
-    for name in ["graph-250"] + ([] if quick else ["grid4-2025"]):
-        sim = bench_sim(name, 1800)
+    sims: list[tuple[str, Path | None]] = [("graph-250", None)] + ([] if quick else [("grid4-2025", None)])
+    if big:
+        sims.append(("big", big_topology(big)))
+    for name, path in sims:
+        sim = bench_sim(name, 7200, path)  # each sim is its own child: its peak RSS is its own
         if "error" in sim:
             raise SystemExit(f"sim {name} failed on the {out['core']} core: {sim['error']}")
         out[f"sim_{name}"], out[f"sim_{name}_cpu"] = sim["sim_wall_s"], sim["cpu_s"]
+        out[f"sim_{name}_rss"] = sim["peak_rss_mb"]
+        if name == "big":
+            out["big_nodes"], out["big_pings"] = sim["nodes"], sim["pings"]
     return out
 
 
-def compare(quick: bool, rounds: int, reps: int) -> dict[str, dict]:
+def compare(quick: bool, rounds: int, reps: int, big: int = 0, big_compiled_only: bool = False) -> dict[str, dict]:
     """Run :func:`measure_core` in child processes, the installed core then the pure one, ``rounds`` times
-    alternating; keep each side's best figure."""
+    alternating; keep each side's best figure. ``big``: also a generated graph of that many nodes (in the
+    first round only; on the compiled core alone with ``big_compiled_only``)."""
     sides: dict[str, dict] = {"compiled": {}, "pure": {}}
-    for _ in range(rounds):
+    for round_no in range(rounds):
         for side, best in sides.items():
             env = {k: v for k, v in os.environ.items() if k != node.core.PURE_CORE_ENV}
             if side == "pure":
                 env[node.core.PURE_CORE_ENV] = "1"
-            argv = [sys.executable, __file__, "--measure-core", "--reps", str(reps), *(["--quick"] if quick else [])]
+            n_big = big if round_no == 0 and not (big_compiled_only and side == "pure") else 0
+            argv = [sys.executable, __file__, "--measure-core", "--reps", str(reps), *(["--quick"] if quick else []),
+                    "--big", str(n_big)]
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
             if proc.returncode != 0:
                 raise SystemExit(f"measuring the {side} core failed:\n{proc.stderr[-3000:]}")
@@ -247,7 +272,7 @@ def compare(quick: bool, rounds: int, reps: int) -> dict[str, dict]:
                 raise SystemExit("the compiled core is not installed here (pip install -e . builds it; "
                                  "docs/compiled-core.md): nothing to compare")  # fmt: skip
             for key, value in got.items():
-                best[key] = value if key == "core" else min(best.get(key, float("inf")), value)
+                best[key] = value if isinstance(value, str) else min(best.get(key, float("inf")), value)
     return sides
 
 
@@ -258,9 +283,21 @@ def print_comparison(con: Console, sides: dict[str, dict], rounds: int) -> None:
     pure, comp = sides["pure"], sides["compiled"]
     for key, label, unit in COMPARED:
         if key in pure and key in comp:
-            t.add_row(label, unit, f"{pure[key]:.3g}", f"{comp[key]:.3g}", f"{pure[key] / comp[key]:.2f}x")
+            t.add_row(label, unit, f"{pure[key]:.4g}", f"{comp[key]:.4g}", f"{pure[key] / comp[key]:.2f}x")
+        elif key in comp:  # --big-compiled-only: the pure core was not run on the big graph
+            t.add_row(label, unit, "-", f"{comp[key]:.4g}", "")
+    growth = {side: sides[side]["next_hop_10000"] / sides[side]["next_hop_100"] for side in ("pure", "compiled")
+              if "next_hop_100" in sides[side] and "next_hop_10000" in sides[side]}
+    if len(growth) == 2:
+        t.add_row("next-hop growth, 100 -> 10 000 entries", "ratio (target <= 2)", f"{growth['pure']:.2f}",
+                  f"{growth['compiled']:.2f}", "")
+    if "big_nodes" in comp:
+        t.add_row("  (generated graph: nodes, pings delivered)", "", f"{pure.get('big_pings', '-')}",
+                  f"{comp['big_nodes']} nodes, {comp['big_pings']}", "")
     t.caption = ("CPU figures are process_time per operation in one process; sims are `snekbed sim --json --pairs 100`, "
-                 "seed 0: their own wall_s (start-up excluded) and the whole process's CPU time.")
+                 "seed 0: their own wall_s (start-up excluded), the whole process's CPU time and peak RSS (the "
+                 "largest child so far: sims run smallest first). Targets: next hop <= 5 µs and <= 2x growth; "
+                 "grid4-2025 <= 60 s wall, <= 2 GB; a 10 000-node graph converges in <= 8 GB.")
     con.print(t)
 
 
@@ -272,13 +309,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="--compare: alternating runs per core (best kept)")
     ap.add_argument("--reps", type=int, default=3, help="--compare: repetitions of each CPU measurement (best kept)")
     ap.add_argument("--measure-core", action="store_true", help=argparse.SUPPRESS)  # --compare's child
+    ap.add_argument("--big", type=int, default=0, metavar="N",
+                    help="--compare: also simulate a generated preferential graph of N nodes (e.g. 10000)")
+    ap.add_argument("--big-compiled-only", action="store_true",
+                    help="--compare --big: run the big graph on the compiled core only (the pure core takes hours)")
     args = ap.parse_args()
     con = Console()
     if args.measure_core:
-        print(json.dumps(measure_core(args.quick, args.reps)))
+        print(json.dumps(measure_core(args.quick, args.reps, args.big)))
         return
     if args.compare:
-        sides = compare(args.quick, args.rounds, args.reps)
+        sides = compare(args.quick, args.rounds, args.reps, args.big, args.big_compiled_only)
         if args.json:
             print(json.dumps(sides))
         else:
