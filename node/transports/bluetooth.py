@@ -96,7 +96,8 @@ def missing(sys_class: Path = SYS_CLASS_BLUETOOTH) -> list[str]:
             hint = ("the kernel has no Bluetooth sockets (is the bluetooth module loaded? modprobe bluetooth)"
                     if exc.errno in (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.ESOCKTNOSUPPORT)
                     else "the kernel refused a Bluetooth socket")  # fmt: skip
-            out.append(f"{hint}: socket(AF_BLUETOOTH, SOCK_SEQPACKET, BTPROTO_L2CAP) failed with {name} ({exc.strerror})")
+            call = "socket(AF_BLUETOOTH, SOCK_SEQPACKET, BTPROTO_L2CAP)"
+            out.append(f"{hint}: {call} failed with {name} ({exc.strerror})")
     if not _adapter_names(sys_class):
         where = "is empty" if sys_class.is_dir() else "does not exist"
         out.append(f"no Bluetooth adapter ({sys_class} {where})")
