@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -31,11 +32,13 @@ from node.config import (
     parse_hostport,
     parse_inbound,
     parse_listen,
+    parse_listen_bluetooth,
     parse_peer_uri,
 )
 from node.lifecycle import NodeProcess
+from node.transports import bluetooth as bt
 
-__all__ = ["build_config", "main_async", "node"]
+__all__ = ["build_config", "check_bluetooth", "main_async", "node"]
 
 log = logging.getLogger("snekbed.node")
 _OFF = ("off", "none", "no", "")
@@ -66,6 +69,8 @@ def build_config(**o: object) -> NodeConfig:
     cfg = NodeConfig(
         identity=identity,
         listen=_listen(o["listen"]),  # type: ignore[arg-type]
+        listen_bluetooth=(parse_listen_bluetooth(str(o["listen_bluetooth"]), shape_all=shape_all)
+                          if o.get("listen_bluetooth") else None),
         peers=[parse_peer_uri(u, shape_all=shape_all) for u in o["peer"]],  # type: ignore[union-attr]
         inbound=[parse_inbound(u, shape_all=shape_all) for u in o["inbound"]],  # type: ignore[union-attr]
         listen_link=link_spec({"class": listen_class}, what="--listen-class", value=listen_class, shape_all=shape_all),
@@ -85,8 +90,22 @@ def build_config(**o: object) -> NodeConfig:
         shaping_seed=o["shaping_seed"],  # type: ignore[arg-type]
         adversary=[parse_adversary(a) for a in o.get("adversary", ())],  # type: ignore[union-attr]
     )
+    check_bluetooth(cfg)
     log.info("identity %s (%s)", identity.public_key.hex(), source)
     return cfg
+
+
+def check_bluetooth(cfg: NodeConfig, unavailable: Callable[[], str | None] = bt.unavailable) -> None:
+    """Refuse every Bluetooth option when this machine cannot do Bluetooth (no Python support, no kernel
+    sockets, no adapter): ConfigError naming the first such option and everything that is missing."""
+    uses = [("--peer", p.uri) for p in cfg.peers if p.transport == "bluetooth"]
+    if cfg.listen_bluetooth is not None:
+        uses.insert(0, ("--listen-bluetooth", cfg.listen_bluetooth.uri))
+    if not uses:
+        return
+    why = unavailable()
+    if why is not None:
+        raise ConfigError(uses[0][0], uses[0][1], why)
 
 
 async def _watch_signals(node: NodeProcess) -> None:
@@ -111,7 +130,8 @@ async def main_async(cfg: NodeConfig) -> None:
 
 @click.command("node", context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option("--listen", default="0.0.0.0:7000", help="TCP address for peers (tcp://HOST:PORT or HOST:PORT, [V6]:PORT; port 0 = any; 'off').")
-@click.option("--peer", multiple=True, metavar="URI", help="Peer to dial: tcp://HOST:PORT?class=remote|multicast|lan|bluetooth[&delay_ms=..&jitter_ms=..&loss_pct=..&rate_mbit=..&queue_limit_pkts=..&shape=1]. Repeatable.")
+@click.option("--peer", multiple=True, metavar="URI", help="Peer to dial: tcp://HOST:PORT?class=remote|multicast|lan|bluetooth[&delay_ms=..&jitter_ms=..&loss_pct=..&rate_mbit=..&queue_limit_pkts=..&shape=1], or bluetooth://AA:BB:CC:DD:EE:FF/PSM[?same parameters] (L2CAP, class bluetooth). Repeatable.")
+@click.option("--listen-bluetooth", default=None, metavar="URI", help="Accept L2CAP peerings: bluetooth://ADDR/PSM (00:00:00:00:00:00 = any adapter; ?class=..&shape=.. as for --peer). Needs Bluetooth: see `snekbed bluetooth probe`.")
 @click.option("--inbound", multiple=True, metavar="URI", help="Class/shaping for connections accepted from an address: tcp://IP?class=..&... Repeatable.")
 @click.option("--listen-class", default="remote", help="Link class of accepted connections without an --inbound rule.")
 @click.option("--multicast", multiple=True, metavar="IFACE", help="LAN multicast discovery on this interface. Repeatable.")

@@ -9,6 +9,12 @@ whose message names the option and the value::
 Peer URIs (``--peer``, ``POST /peers``)::
 
     tcp://HOST:PORT[?class=CLASS][&shape=1][&delay_ms=..][&jitter_ms=..][&loss_pct=..][&rate_mbit=..][&queue_limit_pkts=..]
+    bluetooth://AA:BB:CC:DD:EE:FF/PSM[?...the same parameters; class defaults to bluetooth]
+
+A Bluetooth URI names the remote adapter's address and the L2CAP PSM (decimal
+or 0x hex; odd, with the lowest bit of its upper byte clear, as the Bluetooth
+core specification requires). ``--listen-bluetooth bluetooth://ADDR/PSM``
+takes the same form, with ``00:00:00:00:00:00`` for any local adapter.
 
 ``class`` is a link class of ``contract/classes.yaml`` (remote, multicast, lan,
 bonjour, bluetooth, pipe, custom; default remote). It sets the peer's link type
@@ -40,6 +46,7 @@ from node.core.variants import VariantError, VariantSpec
 __all__ = [
     "SHAPE_PARAMS",
     "ConfigError",
+    "BluetoothListen",
     "HostPort",
     "InboundRule",
     "LinkSpec",
@@ -48,9 +55,11 @@ __all__ = [
     "Timeouts",
     "link_spec",
     "load_identity",
+    "parse_bluetooth_uri",
     "parse_hostport",
     "parse_inbound",
     "parse_listen",
+    "parse_listen_bluetooth",
     "parse_peer_uri",
 ]
 
@@ -152,6 +161,8 @@ def parse_listen(text: str, what: str = "--listen") -> HostPort:
     if not isinstance(text, str) or "://" not in text:
         return parse_hostport(text, what)
     scheme, _, rest = text.partition("://")
+    if scheme.lower() == "bluetooth":
+        raise ConfigError(what, text, "Bluetooth has its own listener: use --listen-bluetooth bluetooth://ADDR/PSM")
     if scheme.lower() != "tcp":
         raise ConfigError(what, text, f"scheme {scheme!r} is not supported (use tcp://HOST:PORT or HOST:PORT)")
     for mark, part, hint in (
@@ -185,8 +196,19 @@ class PeerSpec:
     """A configured peer: where to dial and how to treat the link."""
 
     uri: str
-    host: str
-    port: int
+    host: str  # a Bluetooth address for transport "bluetooth"
+    port: int  # the L2CAP PSM for transport "bluetooth"
+    link: LinkSpec
+    transport: str = "tcp"  # "tcp" or "bluetooth"
+
+
+@dataclass(frozen=True, slots=True)
+class BluetoothListen:
+    """``--listen-bluetooth bluetooth://ADDR/PSM``: accept L2CAP peerings on a local adapter (ADDR 00:..:00: any)."""
+
+    uri: str
+    address: str
+    psm: int
     link: LinkSpec
 
 
@@ -257,13 +279,79 @@ def _query(uri: str, what: str) -> tuple[object, dict[str, str]]:
     return parts, params
 
 
-def parse_peer_uri(uri: str, *, what: str = "--peer", shape_all: bool = False) -> PeerSpec:
-    """``tcp://HOST:PORT?class=..&..`` -> PeerSpec. Raises ConfigError naming ``what`` and the URI."""
-    if not isinstance(uri, str) or not uri:
-        raise ConfigError(what, uri, "expected tcp://HOST:PORT")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _bdaddr(text: str, what: str, uri: str, *, allow_any: bool) -> str:
+    """``AA:BB:CC:DD:EE:FF`` (either case) -> upper case. Raises ConfigError."""
+    octets = text.split(":")
+    if len(octets) != 6 or any(len(o) != 2 or not set(o) <= _HEX for o in octets):
+        raise ConfigError(what, uri, f"{text!r} is not a Bluetooth address: expected six hex pairs, AA:BB:CC:DD:EE:FF")
+    address = text.upper()
+    if address == "00:00:00:00:00:00" and not allow_any:
+        raise ConfigError(what, uri, "00:00:00:00:00:00 means any local adapter: name the remote adapter's address")
+    return address
+
+
+def _psm(text: str, what: str, uri: str) -> int:
+    """An L2CAP PSM, decimal or 0x hex: odd, the lowest bit of its upper byte clear. Raises ConfigError."""
+    try:
+        psm = int(text, 16) if text.lower().startswith("0x") else int(text, 10)
+    except ValueError:
+        raise ConfigError(what, uri, f"PSM {text!r} is not a number (decimal or 0x hex)") from None
+    if not 1 <= psm <= 0xFFFF:
+        raise ConfigError(what, uri, f"PSM {psm} outside 1..65535")
+    if psm % 2 == 0 or psm & 0x100:
+        raise ConfigError(what, uri, f"PSM {psm} (0x{psm:04x}) is not valid: a PSM is odd and the lowest bit of its "
+                                     "upper byte is 0 (e.g. 0x1001 = 4097, 0x0081 = 129)")  # fmt: skip
+    return psm
+
+
+def parse_bluetooth_uri(
+    uri: str, *, what: str = "--peer", shape_all: bool = False, allow_any: bool = False
+) -> tuple[str, int, LinkSpec]:
+    """``bluetooth://AA:BB:CC:DD:EE:FF/PSM[?class=..&..]`` -> (address, PSM, LinkSpec; class bluetooth by default).
+
+    ``allow_any``: 00:00:00:00:00:00 (any local adapter) is accepted, for listening. Raises ConfigError.
+    """
     parts, params = _query(uri, what)
+    if parts.scheme != "bluetooth":  # type: ignore[attr-defined]
+        raise ConfigError(what, uri, "expected bluetooth://AA:BB:CC:DD:EE:FF/PSM")
+    if parts.fragment:  # type: ignore[attr-defined]
+        raise ConfigError(what, uri, "a Bluetooth URI takes no fragment ('#')")
+    netloc, path = parts.netloc, parts.path  # type: ignore[attr-defined]
+    if not netloc:
+        raise ConfigError(what, uri, "no adapter address: expected bluetooth://AA:BB:CC:DD:EE:FF/PSM")
+    address = _bdaddr(netloc, what, uri, allow_any=allow_any)
+    psm_s = path[1:] if path.startswith("/") else ""
+    if not psm_s:
+        raise ConfigError(what, uri, "no PSM: expected bluetooth://AA:BB:CC:DD:EE:FF/PSM (e.g. /4097)")
+    if "/" in psm_s:
+        raise ConfigError(what, uri, "expected bluetooth://AA:BB:CC:DD:EE:FF/PSM with nothing after the PSM but ?query")
+    psm = _psm(psm_s, what, uri)
+    return address, psm, link_spec({"class": "bluetooth", **params}, what=what, value=uri, shape_all=shape_all)
+
+
+def parse_listen_bluetooth(uri: str, *, what: str = "--listen-bluetooth", shape_all: bool = False) -> BluetoothListen:
+    """``bluetooth://ADDR/PSM[?class=..&..]`` to listen on (ADDR 00:00:00:00:00:00: any adapter). Raises ConfigError."""
+    if not isinstance(uri, str) or not uri.startswith("bluetooth://"):
+        raise ConfigError(what, uri, "expected bluetooth://ADDR/PSM (00:00:00:00:00:00 for any local adapter)")
+    address, psm, link = parse_bluetooth_uri(uri, what=what, shape_all=shape_all, allow_any=True)
+    return BluetoothListen(uri, address, psm, link)
+
+
+def parse_peer_uri(uri: str, *, what: str = "--peer", shape_all: bool = False) -> PeerSpec:
+    """``tcp://HOST:PORT?class=..&..`` or ``bluetooth://ADDR/PSM?..`` -> PeerSpec. Raises ConfigError naming
+    ``what`` and the URI."""
+    if not isinstance(uri, str) or not uri:
+        raise ConfigError(what, uri, "expected tcp://HOST:PORT or bluetooth://AA:BB:CC:DD:EE:FF/PSM")
+    parts, params = _query(uri, what)
+    if parts.scheme == "bluetooth":  # type: ignore[attr-defined]
+        address, psm, link = parse_bluetooth_uri(uri, what=what, shape_all=shape_all)
+        return PeerSpec(uri, address, psm, link, "bluetooth")
     if parts.scheme != "tcp":  # type: ignore[attr-defined]
-        raise ConfigError(what, uri, f"scheme {parts.scheme!r} is not supported (use tcp://HOST:PORT)")  # type: ignore[attr-defined]
+        raise ConfigError(what, uri, f"scheme {parts.scheme!r} is not supported "  # type: ignore[attr-defined]
+                                     "(use tcp://HOST:PORT or bluetooth://AA:BB:CC:DD:EE:FF/PSM)")  # fmt: skip
     if parts.path not in ("", "/") or parts.fragment:  # type: ignore[attr-defined]
         raise ConfigError(what, uri, "expected tcp://HOST:PORT with nothing after the port but ?query")
     try:
@@ -316,6 +404,7 @@ class NodeConfig:
 
     identity: Identity
     listen: HostPort | None = field(default_factory=lambda: HostPort("0.0.0.0", 7000))
+    listen_bluetooth: BluetoothListen | None = None
     peers: list[PeerSpec] = field(default_factory=list)
     inbound: list[InboundRule] = field(default_factory=list)
     listen_link: LinkSpec = field(default_factory=LinkSpec)

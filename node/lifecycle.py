@@ -2,7 +2,8 @@
 
 :class:`NodeProcess` is one nursery tree (STYLE.md §3). :meth:`NodeProcess.run`
 starts, in order: the dialers of ``--peer`` (their peers wait for
-``node_started``), the TCP listener (``--listen``), the admin API, the metrics
+``node_started``), the TCP listener (``--listen``), the Bluetooth listener
+(``--listen-bluetooth``), the admin API, the metrics
 server, multicast discovery, the node's timers;
 then logs ``node_started``, writes the ready file and reports the bound
 addresses. :meth:`NodeProcess.request_stop` begins the shutdown: every peer is
@@ -26,6 +27,7 @@ from node import admin, metrics
 from node.config import NodeConfig
 from node.peering import Connect
 from node.runtime import Node
+from node.transports import bluetooth as bt
 from node.transports import tcp
 from node.transports.multicast import MulticastDiscovery
 
@@ -37,9 +39,13 @@ log = logging.getLogger("snekbed.node")
 class NodeProcess:
     """One node and everything it serves. Construct inside ``trio.run``."""
 
-    def __init__(self, cfg: NodeConfig, *, connect: Connect = tcp.connect, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, cfg: NodeConfig, *, connect: Connect = tcp.connect, rng: random.Random | None = None,
+        bluetooth: bt.SeqpacketFamily = bt.L2CAP,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
-        self.node = Node(cfg, connect=connect, rng=rng)
+        self.bluetooth = bluetooth
+        self.node = Node(cfg, connect=connect, rng=rng, bluetooth=bluetooth)
         self.stop_reason = ""
         self._stop = trio.Event()
         self._servers_stop = trio.Event()
@@ -66,6 +72,12 @@ class NodeProcess:
                     listen = [tcp.local_address(li) for li in listeners]
                     info["listen"] = listen[0]
                     info["listen_all"] = list(listen)
+                if cfg.listen_bluetooth is not None:
+                    lb = cfg.listen_bluetooth
+                    info["listen_bluetooth"] = await nursery.start(
+                        bt.serve, self.bluetooth, self._accept_bluetooth, lb.address, lb.psm
+                    )
+                    listen.append(info["listen_bluetooth"])
                 if cfg.admin is not None:
                     info["admin"] = await nursery.start(admin.serve, node, cfg.admin, self._servers_stop.wait)
                 if cfg.metrics is not None:
@@ -108,6 +120,11 @@ class NodeProcess:
     async def _accept(self, stream: trio.SocketStream) -> None:
         host, port = tcp.remote_address(stream)
         await self.node.peering.accept(stream, f"tcp://{host}:{port}", self.cfg.inbound_link(host))
+
+    async def _accept_bluetooth(self, stream: bt.SeqpacketStream) -> None:
+        lb = self.cfg.listen_bluetooth
+        assert lb is not None
+        await self.node.peering.accept(stream, bt.remote_name(self.bluetooth, stream), lb.link)
 
     def _write_ready_file(self) -> None:
         path = self.cfg.ready_file

@@ -18,7 +18,9 @@ the peering ends, with exponential backoff (``backoff_min_s`` doubling to
 
 Peering sees the node only through :class:`PeerHost` and opens streams with the
 ``connect`` function it is given (:func:`node.transports.tcp.connect` in a node;
-a memory-stream factory in the tests).
+a memory-stream factory in the tests); ``bluetooth://`` URIs are dialled with the
+:class:`~node.transports.bluetooth.SeqpacketFamily` it is given (L2CAP in a node,
+an AF_UNIX stand-in in the tests).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from typing import Any, Protocol
 
 import trio
 
-from node.config import LinkSpec, NodeConfig, PeerSpec, parse_peer_uri
+from node.config import ConfigError, LinkSpec, NodeConfig, PeerSpec, parse_peer_uri
 from node.core.crypto import Identity
 from node.events import EventLog
 from node.peer import HandshakeFailed, PeerConn, handshake
+from node.transports.bluetooth import SeqpacketFamily
 from node.view import ShellCounters
 
 __all__ = ["MAX_HANDSHAKING", "STABLE_S", "Connect", "Dialer", "PeerHost", "Peering"]
@@ -46,6 +49,10 @@ STABLE_S = 10.0  # a peering that lasted this long resets the backoff
 
 #: Open a stream to (host, port) within timeout_s; raises OSError or trio.TooSlowError.
 Connect = Callable[[str, int, float], Awaitable[trio.abc.Stream]]
+
+
+async def _no_bluetooth(host: str, port: int, timeout_s: float) -> trio.abc.Stream:
+    raise OSError(f"cannot dial bluetooth://{host}/{port}: this node has no Bluetooth transport")
 
 
 class PeerHost(Protocol):
@@ -98,9 +105,14 @@ class Dialer:
 class Peering:
     """Accepts and dials connections for ``host``. Start with ``await nursery.start(peering.run, specs)``."""
 
-    def __init__(self, host: PeerHost, connect: Connect, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, host: PeerHost, connect: Connect, *, rng: random.Random | None = None,
+        bluetooth: SeqpacketFamily | None = None,
+    ) -> None:  # fmt: skip
         self.host = host
         self._connect = connect
+        #: the sockets of ``bluetooth://`` peers (L2CAP in a node, an AF_UNIX stand-in in tests); None: refused
+        self.bluetooth = bluetooth
         self._rng = rng or random.Random()
         self.dialers: list[Dialer] = []
         self.handshaking = 0
@@ -140,7 +152,7 @@ class Peering:
                 while not host.stopping:
                     d.attempts += 1
                     try:
-                        stream = await self._connect(spec.host, spec.port, t.dial_s)
+                        stream = await self._connector(spec)(spec.host, spec.port, t.dial_s)
                     except (OSError, trio.TooSlowError) as exc:
                         host.counters.dial_failures += 1
                         d.last_error = f"dial failed: {type(exc).__name__}: {exc}"
@@ -162,6 +174,22 @@ class Peering:
             if d in self.dialers:
                 self.dialers.remove(d)
             d.changed.unpark_all()
+
+    def _connector(self, spec: PeerSpec) -> Connect:
+        """How to dial ``spec``: TCP, or the Bluetooth family for ``bluetooth://`` URIs."""
+        if spec.transport != "bluetooth":
+            return self._connect
+        if self.bluetooth is None:
+            return _no_bluetooth
+        return self.bluetooth.connect
+
+    def check_transport(self, spec: PeerSpec, what: str) -> None:
+        """Raise ConfigError when ``spec`` needs Bluetooth and this node cannot use it (says what is missing)."""
+        if spec.transport != "bluetooth":
+            return
+        why = "this node has no Bluetooth transport" if self.bluetooth is None else self.bluetooth.unavailable()
+        if why is not None:
+            raise ConfigError(what, spec.uri, why)
 
     def redial_now(self) -> int:
         """Wake every dialer that is waiting out its backoff: it dials at once. Returns how many were woken."""
@@ -185,9 +213,10 @@ class Peering:
     async def add_peer(self, uri: str, timeout_s: float = 10.0) -> dict[str, Any]:
         """Dial ``uri`` (redialled with backoff until dropped); wait up to ``timeout_s`` for it to come up.
 
-        Raises ConfigError for a bad URI.
+        Raises ConfigError for a bad URI, and for a Bluetooth URI where Bluetooth is not available.
         """
         spec = parse_peer_uri(uri, what="uri")
+        self.check_transport(spec, "uri")
         d = self.start_dialer(spec)
         with trio.move_on_after(timeout_s):
             while d.port is None and d in self.dialers:

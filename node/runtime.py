@@ -56,6 +56,7 @@ from node.metrics import NodeMetrics
 from node.peer import NTYPES, PeerClosed, PeerConn
 from node.peering import Connect, Peering
 from node.pings import Pinger
+from node.transports import bluetooth as bt
 from node.transports import tcp
 from node.view import ShellCounters
 
@@ -75,10 +76,14 @@ def snekbed_version() -> str:
 class Node:
     """A node's protocol state and peers. Construct inside ``trio.run`` (the router reads the trio clock).
 
-    ``connect`` opens outgoing streams (TCP by default); ``rng`` jitters the redial backoff.
+    ``connect`` opens outgoing streams (TCP by default); ``rng`` jitters the redial backoff; ``bluetooth`` carries
+    ``bluetooth://`` peerings (L2CAP; an AF_UNIX stand-in in tests).
     """
 
-    def __init__(self, cfg: NodeConfig, *, connect: Connect = tcp.connect, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, cfg: NodeConfig, *, connect: Connect = tcp.connect, rng: random.Random | None = None,
+        bluetooth: bt.SeqpacketFamily | None = bt.L2CAP,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
         self.identity = cfg.identity
         self.key = cfg.identity.public_key
@@ -106,7 +111,7 @@ class Node:
         self.counters = ShellCounters()  # the shell's own (the router keeps its own in router.counters)
         self.frame_stats = FrameStats(now, NTYPES)
         self._router_drops_seen: Counter[tuple] = Counter()
-        self.peering = Peering(self, connect, rng=rng)
+        self.peering = Peering(self, connect, rng=rng, bluetooth=bluetooth)
         self.pinger = Pinger(self.router, self.flush)
         self.load = LoadEndpoint(self.router.send_traffic, self.flush)
         self.metrics = NodeMetrics(self)

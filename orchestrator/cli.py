@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "chaos": "orchestrator.chaos.cli:chaos",
     "ab": "orchestrator.ab_cli:ab",
     "node": "node.cli:node",
+    "bluetooth": "node.bluetooth_cli:bluetooth",
     "netem": "netem.cli:netem",
     "links": "orchestrator.links_cli:links",
     "image": "orchestrator.image:image",
