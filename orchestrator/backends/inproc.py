@@ -308,29 +308,33 @@ class InprocNetwork:
         """Move a router's outputs (one :meth:`Router.drain`) onto links, observers and its timer."""
         out = node.router.drain()
         now = self.now
+        # looked up once per drain, not once per frame (the simulator's hottest Python loop)
+        ends, wire_bytes, on_frame, on_wire = node.ends, self.wire_bytes, self.on_frame, self.on_wire
+        heap, tie, push = self._heap, self._tie, heapq.heappush
         for port, item in out.sends:
-            end = node.ends.get(port)
+            end = ends.get(port)
             if end is None or not end.up:
                 continue
             data: Any = item
             size = 0
-            if self.wire_bytes:
+            if wire_bytes:
                 data = item.data if type(item) is Encoded else wire.encode_frame(item)
                 size = len(data)
             elif end.sized:
                 size = len(wire.encode_frame(item))  # no Encoded without wire bytes: bytes_received is unused
-            if self.on_frame is not None:
-                self.on_frame(node, "sent", wire.decode_frame(data) if type(item) is Encoded else item, end.link_class, now)
-            if self.on_wire is not None:
+            if on_frame is not None:
+                on_frame(node, "sent", wire.decode_frame(data) if type(item) is Encoded else item, end.link_class, now)
+            if on_wire is not None:
                 raw = data if type(data) is bytes else item.data if type(item) is Encoded else wire.encode_frame(item)
-                self.on_wire(end, raw, now)
+                on_wire(end, raw, now)
             arrival = end.shaper(now, size or 64)
             if arrival is None:
                 continue  # lost on the link
             # A peering is a reliable ordered stream: never overtake the previous frame.
-            arrival = max(arrival, end.last_arrival)
+            if arrival < end.last_arrival:
+                arrival = end.last_arrival
             end.last_arrival = arrival
-            heapq.heappush(self._heap, (arrival, next(self._tie), _FRAME, (end, data)))
+            push(heap, (arrival, next(tie), _FRAME, (end, data)))
         if out.events and self.on_event is not None:
             for kind, fields in out.events:
                 self.on_event(node, kind, fields, now)
@@ -341,7 +345,7 @@ class InprocNetwork:
             if end is not None:
                 self.disconnect(end.link_id, reason)
         # a router that was frozen (a paused node) may owe timers from the past: they run now, time never goes back
-        d = max(out.next_deadline, now)
+        d = out.next_deadline if out.next_deadline > now else now
         if d < node.timer_at:
             node.timer_at = d
             heapq.heappush(self._heap, (d, next(self._tie), _TIMER, node))
