@@ -70,8 +70,8 @@ __all__ = [
 JIT_FLAGS = "-XX:-DontCompileHugeMethods"
 #: Inputs up to this many bytes (event logs, actions and pings together) are small: on a local master
 #: the analysis is then a few dozen tiny queries, whose time goes to the JVM's start, its JIT compilers
-#: and per-query planning, not to the data (about 1 KB per event line: 32 MiB is some 30 000 lines).
-SMALL_INPUT_BYTES = 32 << 20
+#: and per-query planning, not to the data (300 to 400 bytes per event line: 16 MiB is some 50 000 lines).
+SMALL_INPUT_BYTES = 16 << 20
 #: JVM flags for small inputs on a local master: the client compiler only (C2's optimizing compilations
 #: of Spark's own code and of the generated per-row code never pay for themselves on a short run, and
 #: compete with it for the cores) and the serial collector (a small heap, no GC threads).
