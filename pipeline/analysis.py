@@ -82,7 +82,10 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: d
                            {"accepted": "events", "suspect": "ingest_suspects"})
     tables["events"] = paths["events"]
     suspects = io.read_table(spark, out, "ingest_suspects", schemas.LINES_SCHEMA)
-    checked = ingest.validate_events(suspects)
+    # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation
+    # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
+    checked = ingest.validate_events(suspects).cache()
+    cached = [checked]
     io.write_table(ingest.accepted(checked, schemas.EVENTS_SCHEMA), out, "events", append=True)
     quarantine = [ingest.quarantined(checked, "events")]
     counts = [ev_read.counts]
@@ -91,7 +94,8 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: d
         ("pings", {r.pings_file: r.run_id for r in runs}, ingest.validate_pings, schemas.PINGS_SCHEMA),
     ):
         read = io.read_lines(spark, files, source)
-        checked = validate(read.lines)
+        checked = validate(read.lines).cache()
+        cached.append(checked)
         tables[source] = io.write_table(ingest.accepted(checked, schema), out, source)
         quarantine.append(ingest.quarantined(checked, source))
         counts.append(read.counts)
@@ -99,6 +103,8 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: d
     for extra in quarantine[1:]:
         q = q.unionByName(extra)
     tables["quarantine"] = io.write_table(q, out, "quarantine")
+    for df in cached:
+        df.unpersist()
     io.drop_table(out, "ingest_suspects")
     all_counts = counts[0]
     for extra in counts[1:]:

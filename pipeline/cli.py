@@ -88,9 +88,10 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
     console = Console(stderr=True)
     t0 = time.perf_counter()
     try:
-        io.discover_runs(list(run_dirs))  # a bad run directory fails here, before a JVM starts
+        runs = io.discover_runs(list(run_dirs))  # a bad run directory fails here, before a JVM starts
         with console.status("starting Spark", spinner="dots") as status:
-            spark = io.get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory)
+            spark = io.get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory,
+                                 input_bytes=io.input_size(runs))
             try:
                 with spark_progress(spark, lambda text: status.update(f"[bold]{text}")) as progress:
                     def report(stage: str, detail: str) -> None:

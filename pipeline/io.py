@@ -43,6 +43,8 @@ __all__ = [
     "LineRead",
     "RunFrames",
     "get_spark",
+    "SMALL_INPUT_BYTES",
+    "input_size",
     "discover_runs",
     "check_ab",
     "ab_meta",
@@ -66,6 +68,17 @@ __all__ = [
 # --------------------------------------------------------------------------- Spark session
 
 JIT_FLAGS = "-XX:-DontCompileHugeMethods"
+#: Inputs up to this many bytes (event logs, actions and pings together) are small: on a local master
+#: the analysis is then a few dozen tiny queries, whose time goes to the JVM's start, its JIT compilers
+#: and per-query planning, not to the data (300 to 400 bytes per event line: 16 MiB is some 50 000 lines).
+SMALL_INPUT_BYTES = 16 << 20
+#: JVM flags for small inputs on a local master: the client compiler only (C2's optimizing compilations
+#: of Spark's own code and of the generated per-row code never pay for themselves on a short run, and
+#: compete with it for the cores) and the serial collector (a small heap, no GC threads).
+SMALL_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: SQL settings for small inputs on a local master: one shuffle partition, and no adaptive execution
+#: (which would run each shuffle stage as a job of its own and re-plan the query after it).
+SMALL_SQL = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
 
 
 def get_spark(
@@ -76,6 +89,7 @@ def get_spark(
     shuffle_partitions: int | None = None,
     driver_memory: str | None = "4g",
     conf: Mapping[str, str] | None = None,
+    input_bytes: int | None = None,
 ) -> SparkSession:
     """Get (or create) the SparkSession the pipeline runs on.
 
@@ -83,6 +97,9 @@ def get_spark(
     For ``local[...]`` masters the shuffle partitions default to 4 x cores
     (adaptive execution coalesces them further); the UI is off unless
     ``ui=True``. ``driver_memory`` only applies when this call starts the JVM.
+    ``input_bytes`` (``input_size`` of the runs to analyze), when at most
+    ``SMALL_INPUT_BYTES`` on a local master, tunes the session for a small input
+    (``SMALL_JVM_FLAGS``, ``SMALL_SQL``): the same results, sooner.
     Raises SparkSetupError when Java is missing or Spark fails to start.
     """
     builder = SparkSession.builder.appName(app_name)
@@ -109,12 +126,19 @@ def get_spark(
             settings["spark.driver.memory"] = driver_memory
     elif shuffle_partitions:
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    small = master is not None and master.startswith("local") and input_bytes is not None \
+        and input_bytes <= SMALL_INPUT_BYTES
+    if small:
+        settings.update(SMALL_SQL)
+        if shuffle_partitions:
+            settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     settings.update(ONE_FILE_PER_TASK)
     if not SparkSession.getActiveSession():
         # Generated per-row code for the event schema is larger than 8 KB; without this
         # flag HotSpot never compiles such methods and ingest runs several times slower.
-        settings["spark.driver.extraJavaOptions"] = JIT_FLAGS
-        settings["spark.executor.extraJavaOptions"] = JIT_FLAGS
+        flags = f"{JIT_FLAGS} {SMALL_JVM_FLAGS}" if small else JIT_FLAGS
+        settings["spark.driver.extraJavaOptions"] = flags
+        settings["spark.executor.extraJavaOptions"] = flags
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -263,6 +287,19 @@ def check_ab(runs: Sequence[RunDir]) -> None:
             raise RunDatasetError(where, f"field ab: experiment {ab.experiment!r} arm {ab.arm} seed {ab.seed} "
                                          f"is also recorded by {slots[slot]}")
         slots[slot] = run.path
+
+
+def input_size(runs: Sequence[RunDir]) -> int:
+    """Bytes of the input lines of ``runs`` (event logs, actions.jsonl, pings.jsonl): what
+    ``get_spark(input_bytes=...)`` judges small or not."""
+    total = 0
+    for run in runs:
+        for path in (*run.event_files, run.actions_file, run.pings_file):
+            try:
+                total += path.stat().st_size
+            except OSError as exc:
+                raise RunDatasetError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    return total
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,18 @@ def test_bad_run_directories_raise_naming_file_and_problem(tmp_path, damage, whe
     assert where in err.value.path and what in str(err.value)
 
 
+def test_input_size_counts_the_input_lines_of_every_run(tmp_path):
+    """The size that picks the small-input session: event logs, actions and pings of all runs, nothing else."""
+    r1, r2 = make_run(tmp_path / "p" / "r1", "r1"), make_run(tmp_path / "p" / "r2", "r2")
+    (r1 / "events" / "a.jsonl").write_bytes(b"x" * 1000)
+    (r1 / "events" / "b.jsonl").write_bytes(b"x" * 300)
+    (r2 / "actions.jsonl").write_bytes(b"x" * 20)
+    (r2 / "pings.jsonl").write_bytes(b"x" * 7)
+    (r2 / "events" / "notes.txt").write_bytes(b"x" * 5000)  # not an event log
+    assert io.input_size(io.discover_runs([tmp_path / "p"])) == 1327
+    assert io.input_size([]) == 0
+
+
 def test_duplicate_run_ids_are_rejected(tmp_path):
     make_run(tmp_path / "x" / "a", "same")
     make_run(tmp_path / "x" / "b", "same")
