@@ -188,7 +188,8 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
         raise
     scenario_s = time.monotonic() - t0
     if seen_at:
-        timings["image check, nodes up, first convergence"] = seen_at[0] - t0
+        timings["node image check (a build if sources changed)"] = out.get("prepare_s", 0.0)
+        timings["nodes up, first convergence"] = seen_at[0] - t0 - out.get("prepare_s", 0.0)
         timings["faults and recoveries (scenario steps)"] = seen_at[-1] - seen_at[0]
         timings["last pings answered, nodes removed"] = t0 + scenario_s - seen_at[-1]
     else:

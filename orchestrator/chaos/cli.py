@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
     """
     variant = variant or VariantSpec()
+    t_prepare = time.monotonic()
     if backend == "docker":
         chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant, monitoring,
                                         prometheus_image)  # fmt: skip
@@ -231,6 +233,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
         run_dir = str(record) if record is not None else None
         run_id = record.name if record is not None else sc.name
         metrics = None
+    prepare_s = time.monotonic() - t_prepare  # Docker: the node image checked (built if its inputs changed)
     server = None
     if metrics_at is not None:
         metrics = metrics or RunMetrics(run_id)
@@ -251,6 +254,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
         chaos_backend.run.update_meta(ab=ab)
     out["run_dir"] = run_dir
     out["variant"] = str(variant)
+    out["prepare_s"] = round(prepare_s, 3)
     return out
 
 
