@@ -383,7 +383,8 @@ class DockerBackend:
         """Create the networks and start one container per node; shape every link.
 
         ``on_plan`` is called once the plan is fixed, before any container exists (the
-        CLI records it). Host nodes get their networks and a command (``UpResult.hosts``), not a container. Everything created carries ``snekbed.run=<run_id>``, so
+        CLI records it). Host nodes get their networks and a command (``UpResult.hosts``), not a
+        container. Everything created carries ``snekbed.run=<run_id>``, so
         :meth:`down` removes it even after an exception or Ctrl-C half-way.
         Raises DockerBackendError (AddressPoolExhausted, a failed create or shaping step).
         """

@@ -391,7 +391,7 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
 
     def on_plan(plan: AddressPlan, launches: dict[str, NodeLaunch], hosts: dict[str, HostLaunch]) -> None:
         run.write_json("docker.json", {**plan.to_dict(), "hosts": {n: h.to_dict() for n, h in hosts.items()}})
-        keys = {name: la.key for name, la in [*launches.items(), *hosts.items()]}
+        keys = {name: la.key for name, la in launches.items()} | {name: h.key for name, h in hosts.items()}
         others = {n: v for n, v in sorted(variants.items()) if v != run_variant}
         run.write_json("meta.json", {
             "run_id": run.run_id, "backend": "docker", "variant": run_variant, "topology": topology.name,

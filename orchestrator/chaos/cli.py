@@ -101,10 +101,10 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
         raise click.UsageError(f"scenario {sc.name}: nothing to run on Docker (no links)")
     hosts = {n.name for n in full.nodes if n.host}
     for i, step in enumerate(sc.steps):
-        if step.action in HOST_REFUSED and getattr(step, "target", None) in hosts:
-            raise click.UsageError(f"scenario {sc.name}: steps[{i}] ({step.action} {step.target}): {step.target} is "
-                                   "a host node (runs outside Docker): only pings, link and partition faults apply "
-                                   "to it")
+        target = getattr(step, "target", None)
+        if step.action in HOST_REFUSED and target in hosts:
+            raise click.UsageError(f"scenario {sc.name}: steps[{i}] ({step.action} {target}): {target} is a host "
+                                   "node (runs outside Docker): only pings, link and partition faults apply to it")
     backend = DockerBackend(docker.from_env())
     if image is None:
         image = build_node_image(backend.client).tag
