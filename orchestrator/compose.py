@@ -74,6 +74,9 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
                      image: str = "snekbed-node:latest") -> dict[str, Any]:
     """The compose document (a dict) for ``topology``. Raises ComposeError."""
     run_id = compose_run_id(topology)
+    if hosts := [n.name for n in topology.nodes if n.host]:
+        raise ComposeError(f"host nodes (host: true) are not supported in compose files: use `snekbed up`, which "
+                           f"prints their commands (nodes: {', '.join(hosts)})")
     try:
         plan = plan_addresses(topology, run_id, pool=_block(topology, pool))
     except DockerBackendError as exc:

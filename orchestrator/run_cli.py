@@ -139,10 +139,14 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
                    "printed) scraping every node; `snekbed down` removes it with the run. docs/monitoring.md")
 @click.option("--prometheus-image", default=None, metavar="IMAGE",
               help="Prometheus image for --monitoring [default: build or reuse snekbed-prometheus, no registry needed].")
+@click.option("--host-timeout-s", type=float, default=600.0, show_default=True,
+              help="Docker, topologies with host nodes (host: true): how long to wait for each to be started with "
+                   "the printed `snekbed node` command and answer on its admin API.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | None, seed: int, timeout_s: float,
        shaping: str, address_pool: str | None, image: str | None, workers: int, variant_text: str | None,
-       knobs: tuple[str, ...], monitoring: bool, prometheus_image: str | None, as_json: bool) -> None:  # fmt: skip
+       knobs: tuple[str, ...], monitoring: bool, prometheus_image: str | None, host_timeout_s: float,
+       as_json: bool) -> None:  # fmt: skip
     """Bring TOPOLOGY up and wait until it has converged (or --timeout-s passes)."""
     topo = _load(topology)  # before anything else: a bad file creates nothing
     if variant_text is not None or knobs:
@@ -156,6 +160,8 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
     except RunError as exc:
         raise click.ClickException(str(exc)) from None
     if backend_name == "inproc":
+        if any(n.host for n in topo.nodes):
+            click.echo("warning: --backend inproc runs host nodes (host: true) in process like the others", err=True)
         if monitoring:
             raise click.UsageError("--monitoring runs Prometheus next to Docker nodes; watch an in-process run with "
                                    "`snekbed sim --clock real --metrics HOST:PORT`")
@@ -164,7 +170,8 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
     err = _console(stderr=True)
     try:
         out = _up_docker(topo, run, seed=seed, timeout_s=timeout_s, shaping=shaping, pool=address_pool, image=image,
-                         workers=workers, as_json=as_json, monitoring=monitoring, prometheus_image=prometheus_image)
+                         workers=workers, as_json=as_json, monitoring=monitoring, prometheus_image=prometheus_image,
+                         host_timeout_s=host_timeout_s)
     except KeyboardInterrupt:
         err.print(f"[red]interrupted[/]: {_rolled_back(run)}")
         sys.exit(130)
@@ -174,7 +181,7 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
 
 def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shaping: str, pool: str | None,
                image: str | None, workers: int, as_json: bool, monitoring: bool = False,
-               prometheus_image: str | None = None) -> dict[str, Any]:
+               prometheus_image: str | None = None, host_timeout_s: float = 600.0) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .backends.docker_session import choose_shaping, start_run
@@ -209,9 +216,13 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
 
             if monitoring and prometheus_image is None:
                 prometheus_image = build_prometheus_image(backend.client)
+            def announce(text: str) -> None:  # host nodes: the commands to run, on stderr, never wrapped
+                bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
             session, result, conv = start_run(topo, run, backend=backend, image=image, seed=seed,
                                               shaping=shaping_choice, timeout_s=timeout_s, progress=progress,
-                                              converge_progress=converging)
+                                              converge_progress=converging, announce=announce,
+                                              host_timeout_s=host_timeout_s)
         except (DockerBackendError, ImageError, RunError) as exc:
             raise click.ClickException(f"{exc}\n({_rolled_back(run)})") from None
     prometheus_url = None
@@ -222,7 +233,9 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
         except (OSError, RuntimeError) as exc:
             raise click.ClickException(f"{exc}\n(the run is up: `snekbed down --run-id {run.run_id}` removes it)")
         run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
-    out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name, "nodes": len(result.containers),
+    out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name,
+           "nodes": len(result.containers) + len(result.hosts),
+           "host_nodes": {n: h.to_dict() for n, h in result.hosts.items()},
            "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
            "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
            "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url}

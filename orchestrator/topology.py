@@ -124,6 +124,12 @@ class NodeSpec(BaseModel):
     multicast: bool = False
     admin_port: int | None = Field(None, ge=1, le=65535)
     metrics_port: int | None = Field(None, ge=1, le=65535)
+    host: bool = Field(False, description="runs outside Docker (`snekbed node` started by the user on the Docker "
+                       "host); the Docker backend prints its command and observes it (docs/topology.md)")
+    admin: str | None = Field(None, description="host nodes: the admin API address HOST:PORT its process serves "
+                              "[default: 127.0.0.1 and a free port]")
+    listen: str | None = Field(None, description="host nodes: HOST:PORT it accepts peers on (needed when another "
+                               "host node dials it) [default: no listener; it dials its container peers]")
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +147,16 @@ class NodeSpec(BaseModel):
                 f"node name {v!r} must be 1-40 characters of A-Z a-z 0-9 _ . - starting with a letter or digit "
                 "(it becomes a container hostname)"
             )
+        return v
+
+    @field_validator("admin", "listen")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected HOST:PORT with a port 1-65535, got {v!r}")
         return v
 
     @field_validator("variant")
@@ -417,6 +433,23 @@ def _cross_problems(topo: Topology) -> list[tuple[Loc, str]]:
         else:
             first_at[n.name] = i
 
+    hosts = {n.name: n for n in topo.nodes if n.host}
+    for i, n in enumerate(topo.nodes):
+        if not n.host:
+            for what in ("admin", "listen"):
+                if getattr(n, what) is not None:
+                    problems.append((("nodes", i, what), f"{what!r} is for host nodes (host: true); a container's "
+                                     "addresses are planned"))
+        elif n.multicast:
+            problems.append((("nodes", i, "multicast"), "a host node cannot join the containers' multicast LAN "
+                             "segment"))
+    for i, link in enumerate(topo.links):
+        if link.a in hosts and link.b in hosts:
+            listener = hosts[max(link.a, link.b)]
+            if listener.listen is None:
+                where = topo.node_names.index(listener.name)
+                problems.append(((("nodes", where, "listen")), f"host node {listener.name!r} needs 'listen' "
+                                 f"(HOST:PORT): host node {min(link.a, link.b)!r} dials it (links[{i}])"))
     known_classes = set(default_classes()) | set(topo.classes)
     for name in topo.classes:
         problems += _class_problems(name, topo.classes)

@@ -18,6 +18,14 @@ address (``--peer tcp://IP:7000?class=..``); the listener is told the class and
 userspace shape of connections from that address with ``--inbound tcp://IP?class=..``.
 So both ends agree on the link type, and each shapes what it sends.
 
+Host nodes (``host: true`` in the topology) run outside Docker: ``up`` creates their
+link networks but no container, and :func:`plan_host_launches` gives the exact
+``snekbed node`` command the user runs on the Docker host. A host node always dials
+its container peers at their link address (it reaches them through the link
+network's bridge, whose gateway address is the host's); the container is told the
+class of connections from that gateway with ``--inbound``. Links with a host end are
+shaped in userspace at both ends (the host's own interfaces are never touched).
+
 Cleanup (:meth:`DockerBackend.down`) goes by label only: containers first
 (force-removed, concurrently), then networks one at a time with retries.
 """
@@ -73,6 +81,9 @@ __all__ = [
     "DockerBackend",
     "DockerBackendError",
     "NodeLaunch",
+    "HostLaunch",
+    "plan_host_launches",
+    "free_local_port",
     "LinkEndpoint",
     "UpResult",
     "DownReport",
@@ -130,6 +141,29 @@ class NodeLaunch:
 
 
 @dataclass(frozen=True, slots=True)
+class HostLaunch:
+    """A host node: the ``snekbed node`` command the user runs outside Docker, and where it is observed."""
+
+    name: str
+    key: str  # public key hex
+    admin: str  # HOST:PORT of its admin API, as the orchestrator reaches it
+    args: list[str]  # after ``snekbed``
+    links: list[LinkNet]
+
+    @property
+    def argv(self) -> list[str]:
+        return ["snekbed", *self.args]
+
+    @property
+    def command(self) -> str:
+        """The command line, quoted for a POSIX shell."""
+        return " ".join(_sh_quote(a) for a in self.argv)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "admin": self.admin, "argv": self.argv, "command": self.command}
+
+
+@dataclass(frozen=True, slots=True)
 class LinkEndpoint:
     """One end of a link in a running run: what ``snekbed links`` needs to shape it."""
 
@@ -157,6 +191,7 @@ class UpResult:
     t_last_start: float
     network_s: float
     container_s: float
+    hosts: dict[str, HostLaunch] = field(default_factory=dict)  # host nodes: what the user runs
 
 
 DOWN_PASSES = 3  # sweeps of down(): the first, then again for whatever the engine still lists
@@ -208,6 +243,8 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
     """
     launches: dict[str, NodeLaunch] = {}
     for spec in topology.nodes:
+        if spec.host:
+            continue
         seed_bytes = spec.seed_bytes(seed)
         key = Identity(seed_bytes).public_key.hex()
         shaping_seed = int.from_bytes(derive_seed(seed, "shaping", spec.name)[:4], "big")
@@ -220,8 +257,12 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
         links = plan.links_of(spec.name)
         for ln in links:
             shape = _link_shape(topology, ln.index, ln.link_class)
-            query = peer_params(ln.link_class, userspace_part(shape, shaping_backend))
             peer = ln.peer_of(spec.name)
+            if plan.is_host(peer):  # the host node dials from its address on this bridge: the gateway
+                query = peer_params(ln.link_class, userspace_part(shape, "userspace"))
+                args += ["--inbound", f"tcp://{ln.net.gateway}?{query}"]
+                continue
+            query = peer_params(ln.link_class, userspace_part(shape, shaping_backend))
             if spec.name == ln.dialer:
                 args += ["--peer", f"tcp://{ln.net.members[peer]}:{NODE_PEER_PORT}?{query}"]
             else:
@@ -229,6 +270,51 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
         lan_ip = plan.lan.members.get(spec.name) if plan.lan is not None else None
         launches[spec.name] = NodeLaunch(spec.name, key, plan.control_ip(spec.name), args, links, lan_ip)
     return launches
+
+
+def plan_host_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: int | str, events_dir: Path,
+                       admin: dict[str, str]) -> dict[str, HostLaunch]:
+    """The ``snekbed node`` command of every host node. Pure.
+
+    ``admin`` maps each host node to the admin address it will serve (its ``admin`` field
+    or a free local port the caller picked). It dials each container peer at its link
+    address with the link's whole shape in userspace, and another host node at that
+    node's ``listen`` address when its own name is the smaller. Its event log goes to
+    ``events_dir`` (the run's ``events/``), so the run directory is complete.
+    """
+    out: dict[str, HostLaunch] = {}
+    for spec in topology.nodes:
+        if not spec.host:
+            continue
+        seed_bytes = spec.seed_bytes(seed)
+        shaping_seed = int.from_bytes(derive_seed(seed, "shaping", spec.name)[:4], "big")
+        args = ["node", "--listen", spec.listen or "off", "--admin", admin[spec.name], "--metrics", "off",
+                "--key-seed", seed_bytes.hex(), "--events", str(events_dir.absolute() / f"{spec.name}.jsonl"),
+                "--run-id", run_id, "--name", spec.name, "--shaping-seed", str(shaping_seed),
+                "--backoff-max-s", str(REDIAL_MAX_S)]
+        if spec.variant is not None or spec.knobs:
+            args += ["--variant", str(spec.variant_spec())]
+        links = plan.links_of(spec.name)
+        for ln in links:
+            query = peer_params(ln.link_class, userspace_part(_link_shape(topology, ln.index, ln.link_class),
+                                                              "userspace"))
+            peer = ln.peer_of(spec.name)
+            if not plan.is_host(peer):
+                args += ["--peer", f"tcp://{ln.net.members[peer]}:{NODE_PEER_PORT}?{query}"]
+            elif spec.name == ln.dialer:
+                args += ["--peer", f"tcp://{topology.node(peer).listen}?{query}"]
+        key = Identity(seed_bytes).public_key.hex()
+        out[spec.name] = HostLaunch(spec.name, key, admin[spec.name], args, links)
+    return out
+
+
+def free_local_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel's choice); for a host node's admin API."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 # ---------------------------------------------------------------- namespace commands
@@ -292,11 +378,13 @@ class DockerBackend:
 
     def up(self, topology: Topology, *, run_id: str, events_dir: Path, image: str, seed: int | str = 0,
            shaping_backend: ShapingBackend = "userspace", progress: Progress | None = None,
-           on_plan: Callable[[AddressPlan, dict[str, NodeLaunch]], None] | None = None) -> UpResult:
+           on_plan: Callable[[AddressPlan, dict[str, NodeLaunch], dict[str, HostLaunch]], None] | None = None,
+           ) -> UpResult:
         """Create the networks and start one container per node; shape every link.
 
         ``on_plan`` is called once the plan is fixed, before any container exists (the
-        CLI records it). Everything created carries ``snekbed.run=<run_id>``, so
+        CLI records it). Host nodes get their networks and a command (``UpResult.hosts``), not a
+        container. Everything created carries ``snekbed.run=<run_id>``, so
         :meth:`down` removes it even after an exception or Ctrl-C half-way.
         Raises DockerBackendError (AddressPoolExhausted, a failed create or shaping step).
         """
@@ -307,8 +395,10 @@ class DockerBackend:
         with network_lock(self.lock_path):
             plan = self.plan(topology, run_id)
             launches = plan_launches(topology, plan, run_id=run_id, seed=seed, shaping_backend=shaping_backend)
+            admin = {n.name: n.admin or f"127.0.0.1:{free_local_port()}" for n in topology.nodes if n.host}
+            hosts = plan_host_launches(topology, plan, run_id=run_id, seed=seed, events_dir=events_dir, admin=admin)
             if on_plan is not None:
-                on_plan(plan, launches)
+                on_plan(plan, launches, hosts)
             total_nets = len(plan.networks())
             done_nets = 0
 
@@ -345,10 +435,12 @@ class DockerBackend:
             raise
         pool.shutdown(wait=True)
         for ln in plan.links:
-            link_backends.setdefault(ln.index, "none" if shapes[ln.index].is_noop else shaping_backend)
+            with_host = plan.is_host(ln.a) or plan.is_host(ln.b)
+            link_backends.setdefault(ln.index, "none" if shapes[ln.index].is_noop else
+                                     "userspace" if with_host else shaping_backend)
         return UpResult(plan, launches, containers, shaping_backend, dict(sorted(link_backends.items())),
                         min(starts, default=t_nets), max(starts, default=t_nets), t_nets - t0,
-                        max(starts, default=t_nets) - t_nets)
+                        max(starts, default=t_nets) - t_nets, hosts)
 
     def _start_node(self, run_id: str, launch: NodeLaunch, plan: AddressPlan, net_ids: dict[str, str], image: str,
                     events_dir: Path, shapes: dict[int, LinkShape],
@@ -391,9 +483,9 @@ class DockerBackend:
         if shaping_backend != "userspace":
             pid = int(api.inspect_container(cid)["State"]["Pid"])
             for ln in launch.links:
-                if shapes[ln.index].is_noop:
-                    continue
                 peer = ln.peer_of(launch.name)
+                if shapes[ln.index].is_noop or plan.is_host(peer):  # host links: shaped in userspace
+                    continue
                 shape_endpoint(pid, ln.net.members[launch.name], ln.net.members[peer], shapes[ln.index],
                                shaping_backend)
                 shaped.append(ln.index)
@@ -441,7 +533,7 @@ class DockerBackend:
         count = 0
         for ep in link_endpoints(run_id, self.client, with_dev=False):
             shape = _link_shape(topology, ep.link_index, ep.link_class)
-            if not shape.is_noop and backend != "userspace":
+            if not shape.is_noop and backend != "userspace" and not topology.node(ep.peer).host:
                 shape_endpoint(ep.pid, ep.ip, ep.peer_ip, shape, backend)
                 count += 1
         return count

@@ -12,6 +12,11 @@ block, carved largest first so every subnet stays aligned:
 * one internal **/29 per link**: gateway ``.1``, endpoint ``a`` ``.2``, ``b`` ``.3``.
   Peering happens only on these, so the overlay sees exactly the topology's links.
 
+**Host nodes** (``host: true``, run by the user outside Docker) get no control
+address and no container: on a link to a container the host itself is that link
+network's gateway (``.1``), which reaches the container's address directly; their
+planned endpoint address stays reserved and unused.
+
 Planning is pure (:func:`plan_addresses`); :func:`create_networks` and
 :func:`remove_networks` talk to the engine. Every network carries the labels
 ``snekbed.run=<id>`` and ``snekbed.role=control|lan|link`` (links also
@@ -140,6 +145,10 @@ class AddressPlan:
     control: Subnet
     lan: Subnet | None
     links: list[LinkNet]
+    host_nodes: tuple[str, ...] = ()  # nodes run outside Docker: no control address, no container
+
+    def is_host(self, node: str) -> bool:
+        return node in self.host_nodes
 
     def networks(self) -> list[Subnet]:
         """Control first, then the LAN segment, then the links in index order."""
@@ -166,6 +175,7 @@ class AddressPlan:
             "block": self.block,
             "control": {"subnet": self.control.subnet, "gateway": self.control.gateway, "nodes": self.control.members},
             "lan": None if self.lan is None else {"subnet": self.lan.subnet, "nodes": self.lan.members},
+            "host_nodes": list(self.host_nodes),
             "links": [{"index": ln.index, "a": ln.a, "b": ln.b, "class": ln.link_class, "subnet": ln.net.subnet,
                        "ip_a": ln.ip_a, "ip_b": ln.ip_b, "network": ln.net.name} for ln in self.links],
         }
@@ -204,8 +214,9 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
         pool_net = ipaddress.IPv4Network(pool)
     except ValueError as exc:
         raise DockerBackendError(f"--address-pool {pool!r}: not an IPv4 network ({exc})") from None
-    names = topology.node_names
-    multicast = [n.name for n in topology.nodes if n.multicast]
+    host_nodes = tuple(n.name for n in topology.nodes if n.host)
+    names = [n for n in topology.node_names if n not in host_nodes]
+    multicast = [n.name for n in topology.nodes if n.multicast and not n.host]
     control_prefix = _prefix_for(len(names) + 2, MIN_CONTROL_PREFIX)  # + monitor_ip and grafana_ip
     sizes = [2 ** (32 - control_prefix)]
     if multicast:
@@ -241,7 +252,7 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
     for i, link in enumerate(topology.links):
         net = subnet(network_name(run_id, "link", i), "link", carve(2 ** (32 - LINK_PREFIX)), [link.a, link.b])
         links.append(LinkNet(i, link.a, link.b, link.link_class, net))
-    return AddressPlan(run_id, str(block), control, lan, links)
+    return AddressPlan(run_id, str(block), control, lan, links, host_nodes)
 
 
 def host_routes(path: str = "/proc/net/route") -> list[Net]:

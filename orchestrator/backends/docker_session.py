@@ -29,7 +29,7 @@ from orchestrator.record import outcome_of
 from orchestrator.runs import RunDir, RunError, versions
 from orchestrator.topology import Topology
 
-from .docker import DockerBackend, DownReport, NodeLaunch, UpResult, sigint_ignored
+from .docker import DockerBackend, DownReport, HostLaunch, NodeLaunch, UpResult, sigint_ignored
 from .docker_net import AddressPlan, DockerBackendError
 from .docker_observe import (
     POLL_S,
@@ -41,9 +41,13 @@ from .docker_observe import (
     wait_converged,
 )
 
-__all__ = ["DockerSession", "links_not_made", "start_run", "roll_back", "choose_shaping", "PING_TIMEOUT_S"]
+__all__ = ["DockerSession", "links_not_made", "start_run", "roll_back", "choose_shaping", "wait_host_nodes",
+           "host_node_text", "PING_TIMEOUT_S", "HOST_TIMEOUT_S"]
 
 PING_TIMEOUT_S = 5.0  # §8: the reference's ping timeout
+HOST_TIMEOUT_S = 600.0  # how long `up` waits for the user to start the host nodes
+HOST_POLL_S = 0.5
+Announce = Callable[[str], None]
 
 
 def choose_shaping(mode: str) -> tuple[ShapingBackend, str]:
@@ -68,6 +72,7 @@ class DockerSession:
     backend: DockerBackend
     keys: dict[str, str]  # node name -> public key hex
     endpoints: dict[str, str]  # node name -> admin HOST:PORT
+    hosts: frozenset[str] = frozenset()  # host nodes: run by the user outside Docker, observed by admin API only
 
     @classmethod
     def open(cls, run: RunDir, backend: DockerBackend | None = None) -> DockerSession:
@@ -80,7 +85,9 @@ class DockerSession:
         topo = Topology.from_data(run.read_json("topology.json"), file=str(run.path / "topology.json"))
         ctl = (plan.get("control") or {}).get("nodes") or {}
         endpoints = {name: f"{ip}:{NODE_ADMIN_PORT}" for name, ip in ctl.items()}
-        return cls(run, topo, backend or DockerBackend(), dict(meta.get("nodes") or {}), endpoints)
+        hosts = plan.get("hosts") or {}
+        endpoints.update({name: str(h["admin"]) for name, h in hosts.items()})
+        return cls(run, topo, backend or DockerBackend(), dict(meta.get("nodes") or {}), endpoints, frozenset(hosts))
 
     # ------------------------------------------------------------ views
 
@@ -89,7 +96,9 @@ class DockerSession:
         return self.run.run_id
 
     def running(self) -> set[str]:
-        return self.backend.running(self.run_id)
+        """Nodes whose container runs, plus every host node (its process is the user's: it counts as
+        running, and an unanswered admin API shows as unreachable)."""
+        return self.backend.running(self.run_id) | set(self.hosts)
 
     def live_graph(self, running: Iterable[str] | None = None) -> nx.Graph:
         """The topology's graph restricted to nodes whose container runs."""
@@ -99,7 +108,8 @@ class DockerSession:
     def check_alive(self, expected: Iterable[str]) -> None:
         """Raise DockerBackendError naming every expected node whose container is not running, with its log tail."""
         containers = self.backend.containers(self.run_id)
-        dead = sorted(n for n in expected if (containers.get(n) or {}).get("State") != "running")
+        dead = sorted(n for n in expected
+                      if n not in self.hosts and (containers.get(n) or {}).get("State") != "running")
         if not dead:
             return
         lines = []
@@ -147,7 +157,7 @@ class DockerSession:
     def status(self) -> dict[str, Any]:
         """One poll of every node: container state, tree/snake fields and the convergence verdict."""
         containers = self.backend.containers(self.run_id)
-        running = {n for n, c in containers.items() if c.get("State") == "running"}
+        running = {n for n, c in containers.items() if c.get("State") == "running"} | set(self.hosts)
         with self.admin() as admin:
             states = admin.states(sorted(running))
             errors = dict(admin.errors)
@@ -160,7 +170,8 @@ class DockerSession:
             doc = states.get(name) or {}
             root = (doc.get("root") or {}).get("key")
             rows.append({
-                "name": name, "container": (containers.get(name) or {}).get("State", "absent"),
+                "name": name,
+                "container": "host" if name in self.hosts else (containers.get(name) or {}).get("State", "absent"),
                 "key": self.keys.get(name), "admin": self.endpoints.get(name), "root": root,
                 "root_name": self.name_of(root) if root else None, "parent": doc.get("parent"),
                 "parent_name": self.name_of(doc["parent"]) if doc.get("parent") else None,
@@ -236,10 +247,18 @@ class DockerSession:
             raise RunError(f"run {self.run_id}: the reported root {key[:16]} is not a running node of the run")
         return name
 
+    def wait_hosts(self, expected: Mapping[str, HostLaunch], *, timeout_s: float = HOST_TIMEOUT_S) -> float:
+        """Wait until every host node's admin API answers with its planned key; see :func:`wait_host_nodes`."""
+        with self.admin() as admin:
+            return wait_host_nodes(admin, expected, timeout_s=timeout_s, run_id=self.run_id)
+
     def kill_root(self, *, timeout_s: float | None = None, pairs: int = 4, modes: Iterable[str] = ("snek", "tree"),
                   progress: Callable[[float, int, int], None] | None = None) -> dict[str, Any]:
         """Kill the current root's container, wait for re-convergence (bound from the timers), ping again."""
         victim = self.current_root()
+        if victim in self.hosts:
+            raise RunError(f"run {self.run_id}: the root is {victim}, a host node: kill-root kills containers only "
+                           "(stop its `snekbed node` process yourself to take it out)")
         running = self.running()
         after = self.live_graph(running - {victim})
         bound = reconvergence_bound_s(after)
@@ -266,11 +285,66 @@ def _ping_summary(lines: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
+def host_node_text(run_id: str, hosts: Mapping[str, HostLaunch], timeout_s: float) -> str:
+    """What the user is told to run for the host nodes of a run (one command line each, shell-quoted)."""
+    lines = [f"run {run_id}: {len(hosts)} host node(s) run outside Docker: start each on this machine within "
+             f"{timeout_s:g} s (waiting for its admin API to answer with its key):"]
+    for name, h in hosts.items():
+        lines += [f"# host node {name} (key {h.key[:16]}, admin {h.admin}):", h.command]
+    return "\n".join(lines)
+
+
+def wait_host_nodes(admin: AdminClient, expected: Mapping[str, HostLaunch], *, timeout_s: float,
+                    run_id: str = "") -> float:
+    """Poll each host node's ``GET /state`` until it answers with the planned ``public_key``.
+
+    Returns the seconds waited. Raises DockerBackendError when ``timeout_s`` passes (naming
+    the nodes that never answered and what they last said) or when a node answers with
+    another key (a process started with the wrong command, or someone else's node).
+    """
+    t0 = time.monotonic()
+    waiting = dict(expected)
+    last: dict[str, str] = {}
+    while waiting:
+        for name, launch in list(waiting.items()):
+            try:
+                key = admin.state(name).get("public_key")
+            except AdminError as exc:
+                last[name] = str(exc)
+                continue
+            if key != launch.key:
+                raise DockerBackendError(f"run {run_id}: host node {name} at {launch.admin} answers with key "
+                                         f"{str(key)[:16]}, not its planned key {launch.key[:16]}: was it started "
+                                         f"with the printed command?\n{launch.command}")
+            del waiting[name]
+        if not waiting:
+            break
+        if time.monotonic() - t0 >= timeout_s:
+            said = "; ".join(f"{n}: {last.get(n, 'no answer')}" for n in sorted(waiting))
+            raise DockerBackendError(f"run {run_id}: host node(s) {', '.join(sorted(waiting))} did not answer on "
+                                     f"their admin API within {timeout_s:g} s ({said}); start each with the "
+                                     "printed `snekbed node` command")
+        time.sleep(HOST_POLL_S)
+    return time.monotonic() - t0
+
+
+def _announce_stderr(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
+
+
 def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image: str, seed: int | str = 0,
               shaping: tuple[ShapingBackend, str] = ("userspace", "default"), timeout_s: float = 120.0,
               progress: Callable[[str, int, int], None] | None = None,
-              converge_progress: Callable[[float, int, int], None] | None = None) -> tuple[DockerSession, UpResult, Convergence]:
+              converge_progress: Callable[[float, int, int], None] | None = None,
+              announce: Announce | None = None,
+              host_timeout_s: float = HOST_TIMEOUT_S) -> tuple[DockerSession, UpResult, Convergence]:
     """Bring ``topology`` up as run ``run`` and wait (up to ``timeout_s`` after the last start) for convergence.
+
+    With host nodes, once the containers run their commands go to ``announce`` (stderr by
+    default) and the run waits up to ``host_timeout_s`` for each to answer with its key;
+    convergence is timed from then.
 
     meta.json and docker.json are written as soon as the plan is fixed, before any
     container exists. On any exception (DockerBackendError, Ctrl-C, a cancelled
@@ -279,7 +353,8 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
     """
     try:
         return _start_run(topology, run, backend=backend, image=image, seed=seed, shaping=shaping,
-                          timeout_s=timeout_s, progress=progress, converge_progress=converge_progress)
+                          timeout_s=timeout_s, progress=progress, converge_progress=converge_progress,
+                          announce=announce or _announce_stderr, host_timeout_s=host_timeout_s)
     except BaseException as exc:
         roll_back(run, backend, exc)
         raise
@@ -307,20 +382,23 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                shaping: tuple[ShapingBackend, str], timeout_s: float,
                progress: Callable[[str, int, int], None] | None,
                converge_progress: Callable[[float, int, int], None] | None,
+               announce: Announce, host_timeout_s: float,
                ) -> tuple[DockerSession, UpResult, Convergence]:
     shaping_backend, why = shaping
 
     variants = {name: str(v) for name, v in topology.variants().items()}
     run_variant = Counter(variants.values()).most_common(1)[0][0] if variants else "snek"
 
-    def on_plan(plan: AddressPlan, launches: dict[str, NodeLaunch]) -> None:
-        run.write_json("docker.json", plan.to_dict())
+    def on_plan(plan: AddressPlan, launches: dict[str, NodeLaunch], hosts: dict[str, HostLaunch]) -> None:
+        run.write_json("docker.json", {**plan.to_dict(), "hosts": {n: h.to_dict() for n, h in hosts.items()}})
+        keys = {name: la.key for name, la in launches.items()} | {name: h.key for name, h in hosts.items()}
         others = {n: v for n, v in sorted(variants.items()) if v != run_variant}
         run.write_json("meta.json", {
             "run_id": run.run_id, "backend": "docker", "variant": run_variant, "topology": topology.name,
             **({"variants": others} if others else {}),
             "seed": seed if isinstance(seed, int) else None, "clock": "real", "link_delay_ms": None,
-            "nodes": {name: la.key for name, la in launches.items()},
+            "nodes": {name: keys[name] for name in topology.node_names},
+            **({"host_nodes": sorted(hosts)} if hosts else {}),
             "links": [{"a": ln.a, "b": ln.b, "class": ln.link_class, "index": ln.index, "subnet": ln.net.subnet,
                        "shaping_backend": shaping_backend} for ln in plan.links],
             "versions": {**versions(), "docker_engine": _engine_version(backend), "image": image,
@@ -340,7 +418,13 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                             "shaping_backend": shaping_backend, "networks_s": round(result.network_s, 3),
                             "containers_s": round(result.container_s, 3)}, mono_s=result.t_last_start)
     session = DockerSession.open(run, backend)
-    conv = session.converge(t0=result.t_last_start, timeout_s=timeout_s, what="up", progress=converge_progress)
+    t0 = result.t_last_start
+    if result.hosts:
+        announce(host_node_text(run.run_id, result.hosts, host_timeout_s))
+        waited = session.wait_hosts(result.hosts, timeout_s=host_timeout_s)
+        t0 = time.monotonic()
+        run.update_meta(host_nodes_waited_s=round(waited, 3))  # convergence is timed from the last host's answer
+    conv = session.converge(t0=t0, timeout_s=timeout_s, what="up", progress=converge_progress)
     refused = links_not_made(topology, session.keys, conv.states)
     run.update_meta(observer={"up": {**conv.summary(), "networks_s": round(result.network_s, 3),
                                      "containers_s": round(result.container_s, 3)}}, outcome="ok",

@@ -36,7 +36,10 @@ from .nemesis import random_scenario
 from .runner import run_scenario
 from .scenario import Scenario, ScenarioError, load_scenario
 
-__all__ = ["chaos", "execute", "full_topology", "resolve_scenario", "shipped_scenarios"]
+__all__ = ["chaos", "execute", "full_topology", "resolve_scenario", "shipped_scenarios", "HOST_REFUSED"]
+
+#: Faults that need a node's container: refused for host nodes (docs/orchestrator.md, "Host nodes").
+HOST_REFUSED = ("kill", "restart", "pause", "resume", "remove_node")
 
 
 def shipped_scenarios() -> dict[str, Path]:
@@ -97,6 +100,12 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
     full = full_topology(topology, sc).with_variant(variant)
     if not full.links:
         raise click.UsageError(f"scenario {sc.name}: nothing to run on Docker (no links)")
+    hosts = {n.name for n in full.nodes if n.host}
+    for i, step in enumerate(sc.steps):
+        target = getattr(step, "target", None)
+        if step.action in HOST_REFUSED and target in hosts:
+            raise click.UsageError(f"scenario {sc.name}: steps[{i}] ({step.action} {target}): {target} is a host "
+                                   "node (runs outside Docker): only pings, link and partition faults apply to it")
     backend = DockerBackend(docker.from_env())
     if image is None:
         image = build_node_image(backend.client).tag

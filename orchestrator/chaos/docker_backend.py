@@ -20,6 +20,15 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
   kernel-shaped links are shaped again in the containers' namespaces.
 * ``join``: nodes and links a scenario adds later are created with the run
   (so they have addresses), then stopped or disconnected until their step.
+
+Host nodes (``host: true``, run by the user outside Docker; their commands are
+printed on stderr at start and the run waits for them): pings, ``link_down`` /
+``link_up``, ``partition`` / ``heal``, ``link_change`` and ``adversary`` work on
+them through their admin API and their container peers' link networks (only the
+container end is disconnected: the host's own interfaces are never touched).
+``kill``, ``restart``, ``pause``, ``resume`` and ``remove_node`` of a host node
+are refused (the step fails with a target error naming the node): its process
+is the user's, not the orchestrator's.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from ..runs import RunDir
 from ..topology import Topology
 from .backend import Converged, TrafficSample
 from .checker import NodeState, PingOutcome
+from .targets import TargetError
 
 __all__ = ["DockerChaos"]
 
@@ -68,8 +78,10 @@ class DockerChaos:
     def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0, shaping: str = "auto",
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
                  backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
-                 prometheus_image: str | None = None, metrics: RunMetrics | None = None) -> None:
+                 prometheus_image: str | None = None, metrics: RunMetrics | None = None,
+                 host_timeout_s: float = 600.0) -> None:
         self.topology = topology
+        self.host_timeout_s = host_timeout_s
         self.run = run
         self.image = image
         self.seed = seed
@@ -77,6 +89,10 @@ class DockerChaos:
         self.keep = keep
         self.timeout_s = timeout_s
         self.docker = backend or DockerBackend()
+        self.hosts = frozenset(n.name for n in topology.nodes if n.host)
+        bad = sorted(self.hosts & set(start_stopped))
+        if bad:
+            raise TargetError(f"host node(s) {', '.join(bad)} cannot join later: they run outside Docker")
         self._start_stopped = set(start_stopped)
         self._start_unlinked = {frozenset(p) for p in start_unlinked}
         self.session: DockerSession | None = None
@@ -103,9 +119,14 @@ class DockerChaos:
     async def start(self, nursery: trio.Nursery | None = None) -> None:
         self._nursery = nursery
         shaping = await trio.to_thread.run_sync(choose_shaping, self.shaping)
+
+        def announce(text: str) -> None:
+            print(f"snekbed chaos: {text}", file=sys.stderr, flush=True)
+
         session, result, _conv = await trio.to_thread.run_sync(
             lambda: start_run(self.topology, self.run, backend=self.docker, image=self.image, seed=self.seed,
-                              shaping=shaping, timeout_s=self.timeout_s))  # fmt: skip
+                              shaping=shaping, timeout_s=self.timeout_s, announce=announce,
+                              host_timeout_s=self.host_timeout_s))  # fmt: skip
         self.session, self.plan = session, result.plan
         self._admin = AdminClient(session.endpoints, timeout_s=3.0, workers=32)
         nets = self.docker.api.networks(filters={"label": f"snekbed.run={self.run.run_id}"})
@@ -166,6 +187,12 @@ class DockerChaos:
 
     async def _docker(self, fn: Any, *args: Any) -> Any:
         return await trio.to_thread.run_sync(fn, *args)
+
+    def _no_host(self, name: str, fault: str) -> None:
+        """Raise TargetError for a fault that needs the node's container when ``name`` is a host node."""
+        if name in self.hosts:
+            raise TargetError(f"{fault} {name}: {name} is a host node (runs outside Docker): only pings, link and "
+                              "partition faults apply to it")
 
     def _cid(self, name: str) -> str:
         c = self.docker.containers(self.run.run_id).get(name)
@@ -289,6 +316,8 @@ class DockerChaos:
         assert self.plan is not None
         ln = self.plan.links[index]
         for name in (ln.a, ln.b):
+            if name in self.hosts:  # its end is the host's bridge address: cutting the container's end cuts the link
+                continue
             try:
                 cid = self._cid(name)
                 await self._docker(lambda: self.docker.api.disconnect_container_from_network(
@@ -302,6 +331,8 @@ class DockerChaos:
         assert self.plan is not None and self.session is not None
         ln = self.plan.links[index]
         for name in (ln.a, ln.b):
+            if name in self.hosts:
+                continue
             cid = self._cid(name)
             try:
                 await self._docker(lambda: self.docker.api.connect_container_to_network(
@@ -362,6 +393,7 @@ class DockerChaos:
     # ------------------------------------------------------------------ nodes
 
     async def kill(self, name: str) -> None:
+        self._no_host(name, "kill")
         if name in self.stopped or name in self.removed:
             return
         if name in self.paused:
@@ -371,6 +403,7 @@ class DockerChaos:
         self.stopped.add(name)
 
     async def restart(self, name: str) -> None:
+        self._no_host(name, "restart")
         if name not in self.stopped:
             await self.kill(name)
         await self._docker(self.docker.api.start, self._cid(name))
@@ -389,16 +422,19 @@ class DockerChaos:
                 await trio.sleep(0.2)
 
     async def pause(self, name: str) -> None:
+        self._no_host(name, "pause")
         if name in self._live():
             await self._docker(self.docker.api.pause, self._cid(name))
             self.paused.add(name)
 
     async def resume(self, name: str) -> None:
+        self._no_host(name, "resume")
         if name in self.paused:
             await self._docker(self.docker.api.unpause, self._cid(name))
             self.paused.discard(name)
 
     async def remove_node(self, name: str) -> bool:
+        self._no_host(name, "remove_node")
         if name not in self.topology.node_names or name in self.stopped or name in self.removed:
             return False
         await self.kill(name)
