@@ -206,11 +206,19 @@ class LinkShaper:
             if len(waiting) >= self._queue_limit:  # type: ignore[operator]
                 stats.dropped_queue += 1
                 return None
-            start = max(now, self._busy_until)
+            busy = self._busy_until
+            start = busy if busy > now else now
             if start > now:
                 waiting.append(start)
             tx_end = self._busy_until = start + nbytes * 8 / bits_per_s
-        at = tx_end + self._propagation_s()
+        shape = self.shape  # _propagation_s, inlined
+        delay_ms, jitter_ms = shape.delay_ms, shape.jitter_ms
+        if jitter_ms:
+            if self.jitter == "uniform":
+                delay_ms += self.rng.uniform(-jitter_ms, jitter_ms)
+            else:
+                delay_ms = self.rng.gauss(delay_ms, jitter_ms)
+        at = tx_end + (delay_ms if delay_ms > 0.0 else 0.0) / 1000
         if at < self._last_delivery:  # _in_order
             at = self._last_delivery
         self._last_delivery = at

@@ -221,14 +221,16 @@ def test_stats_count_delayed_queue_and_loss_drops_for_the_metrics():
 @settings(max_examples=40, deadline=None)
 @given(delay=st.floats(0, 200), jitter=st.floats(0, 50), rate=st.one_of(st.none(), st.floats(0.01, 100)),
        queue=st.integers(1, 50), seed=st.integers(0, 2**32), gaps=st.lists(st.floats(0, 0.05), min_size=1,
-                                                                             max_size=300))  # fmt: skip
+                                                                             max_size=300),
+       mode=st.sampled_from(["uniform", "normal"]))  # fmt: skip
 def test_clean_stream_fast_path_matches_the_general_model(delay: float, jitter: float, rate: float | None,
-                                                          queue: int, seed: int, gaps: list[float]) -> None:
+                                                          queue: int, seed: int, gaps: list[float], mode: str) -> None:
     """A clean ordered stream (no random loss, corruption, duplication or reordering) takes the inlined
     _schedule_clean; the same frames through the general model (send) give the same times, drops and stats."""
     shape = LinkShape(delay_ms=delay, jitter_ms=min(jitter, delay), rate_mbit=rate,
                       queue_limit_pkts=queue if rate else None)
-    fast, general = LinkShaper(shape, random.Random(seed)), LinkShaper(shape, random.Random(seed))
+    fast = LinkShaper(shape, random.Random(seed), jitter=mode)  # type: ignore[arg-type]
+    general = LinkShaper(shape, random.Random(seed), jitter=mode)  # type: ignore[arg-type]
     assert fast._clean_stream
     general._clean_stream = False
     now, sizes = 0.0, random.Random(seed + 1)
