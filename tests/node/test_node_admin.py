@@ -129,3 +129,24 @@ def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:
         raise AssertionError(f"{exc}; last /traffic answer, peers, shaper samples: {seen}") from None
     assert got[("snek_shaper_dropped_frames_total", (("link_class", "bluetooth"), ("reason", "queue")))] == 0
     assert got[("snek_shaper_dropped_frames_total", (("link_class", "remote"), ("reason", "queue")))] == 0
+
+
+def test_routes_lists_the_routing_table_entries_a_bootstrap_installed(cluster: Cluster) -> None:
+    a = cluster.start("a")
+    b = cluster.start("b", "--peer", a.uri("lan"))
+    wait_until(lambda: len(b.state()["peers"]) == 1 and len(a.state()["peers"]) == 1, 10, what="a and b peer")
+
+    def installed() -> tuple[list[dict], list[dict]] | None:
+        ra, rb = a.get("/routes"), b.get("/routes")
+        return (ra, rb) if ra or rb else None
+
+    ra, rb = wait_until(installed, 15, what="a bootstrap installs a route")  # bootstraps go out every 5 s
+    keys = {a.key.hex(), b.key.hex()}
+    ports = {p["port"] for n in (a, b) for p in n.state()["peers"]}
+    for doc in (ra, rb):
+        assert [r["key"] for r in doc] == sorted(r["key"] for r in doc)  # lowest key first
+        for r in doc:
+            assert set(r) == {"key", "source", "destination", "expires_in_s"}, r
+            assert r["key"] in keys and 0 < r["expires_in_s"] <= 3600, r
+            # a peer's port, 0 (LOCAL_PORT: this node) or -1 (NONE_PORT: the bootstrap ended here)
+            assert r["source"] in ports | {0} and r["destination"] in ports | {0, -1}, (r, ports)

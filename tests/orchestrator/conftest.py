@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
 import pytest
 
 from tests.ci import need
@@ -24,3 +27,15 @@ def client() -> object:
 def image(client: object) -> str:
     """The node image, built from local parts or reused (SNEKBED_TEST_IMAGE names one to use as is)."""
     return build_test_image(client)
+
+
+@pytest.fixture
+def run_id(client: object) -> Iterator[str]:
+    """A fresh run id; whatever the test left under it is removed by label at the end."""
+    from orchestrator.backends.docker import DockerBackend  # needs the Docker SDK, as the client does
+
+    rid = f"t{uuid.uuid4().hex[:7]}"
+    try:
+        yield rid
+    finally:
+        DockerBackend(client).down(rid)  # type: ignore[arg-type]

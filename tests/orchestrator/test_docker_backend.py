@@ -13,8 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,17 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "compose" / "topologies" / "line-5.yaml"
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 LABEL = "snekbed.run"
-
-
-@pytest.fixture
-def run_id(client: object) -> Iterator[str]:
-    from orchestrator.backends.docker import DockerBackend
-
-    rid = f"t{uuid.uuid4().hex[:7]}"
-    try:
-        yield rid
-    finally:
-        DockerBackend(client).down(rid)  # type: ignore[arg-type]
 
 
 def snekbed(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,17 +101,6 @@ def snekbed(*args: str, timeout_s: float = 300) -> dict:
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     doc["_exit"] = done.returncode
     return doc
-
-
-@pytest.fixture
-def run_id(client: object) -> Iterator[str]:
-    from orchestrator.backends.docker import DockerBackend
-
-    rid = f"t{uuid.uuid4().hex[:7]}"
-    try:
-        yield rid
-    finally:
-        DockerBackend(client).down(rid)  # type: ignore[arg-type]
 
 
 def test_host_node_joins_a_docker_line_pings_both_ways_and_down_leaves_nothing(
