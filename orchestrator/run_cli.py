@@ -213,7 +213,8 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
             return tasks[name]
 
         try:
-            shaping_choice: tuple[ShapingBackend, str] = ("userspace", SHAPING_WHY) if swarm else choose_shaping(shaping)
+            shaping_choice: tuple[ShapingBackend, str] = (("userspace", SHAPING_WHY) if swarm
+                                                          else choose_shaping(shaping))
             if image is None:
                 t_img = task("node image", None)
                 info = build_node_image(backend.client, progress=lambda line: bar.update(
