@@ -132,7 +132,9 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--listen", default="0.0.0.0:7000", help="TCP address for peers (tcp://HOST:PORT or HOST:PORT, [V6]:PORT; port 0 = any; 'off').")
 @click.option("--peer", multiple=True, metavar="URI", help="Peer to dial: tcp://HOST:PORT?class=remote|multicast|lan|bluetooth[&delay_ms=..&jitter_ms=..&loss_pct=..&rate_mbit=..&queue_limit_pkts=..&shape=1], or bluetooth://AA:BB:CC:DD:EE:FF/PSM[?same parameters] (L2CAP, class bluetooth). Repeatable.")
 @click.option("--listen-bluetooth", default=None, metavar="URI", help="Accept L2CAP peerings: bluetooth://ADDR/PSM (00:00:00:00:00:00 = any adapter; ?class=..&shape=.. as for --peer). Needs Bluetooth: see `snekbed bluetooth probe`.")
-@click.option("--inbound", multiple=True, metavar="URI", help="Class/shaping for connections accepted from an address: tcp://IP?class=..&... Repeatable.")
+@click.option("--inbound", multiple=True, metavar="URI",
+              help="Class/shaping for connections accepted from an address: tcp://IP?class=..&.. or from a "
+                   "network: tcp://NET/PREFIX?class=..&... Repeatable.")
 @click.option("--listen-class", default="remote", help="Link class of accepted connections without an --inbound rule.")
 @click.option("--multicast", multiple=True, metavar="IFACE", help="LAN multicast discovery on this interface. Repeatable.")
 @click.option("--key-file", type=click.Path(dir_okay=False), default=None, help="ed25519 seed file (32 bytes or 64 hex digits); created with mode 0600 if missing.")

@@ -214,10 +214,21 @@ class BluetoothListen:
 
 @dataclass(frozen=True, slots=True)
 class InboundRule:
-    """``--inbound tcp://IP?class=..``: accepted connections from ``address`` get ``link``."""
+    """``--inbound tcp://IP?class=..`` or ``tcp://NET/PREFIX?class=..``: accepted connections from ``address``
+    (one address, or any address of a network: where the dialer's address is not known in advance, as on a
+    Docker Swarm overlay whose addresses the swarm allocates) get ``link``."""
 
-    address: str
+    address: str  # an address, or a network written NET/PREFIX
     link: LinkSpec
+
+    def matches(self, address: str) -> bool:
+        """Whether a connection from ``address`` falls under this rule."""
+        if "/" not in self.address:
+            return self.address == address
+        try:
+            return ipaddress.ip_address(address) in ipaddress.ip_network(self.address)
+        except ValueError:
+            return False
 
 
 def _class_name(name: str, what: str, value: str) -> str:
@@ -362,12 +373,20 @@ def parse_peer_uri(uri: str, *, what: str = "--peer", shape_all: bool = False) -
 
 
 def parse_inbound(uri: str, *, shape_all: bool = False) -> InboundRule:
-    """``tcp://IP[?class=..&..]``: how to treat connections accepted from IP. Raises ConfigError."""
+    """``tcp://IP[?class=..&..]`` or ``tcp://NET/PREFIX[?..]``: how to treat connections accepted from IP (or
+    from any address in NET/PREFIX). Raises ConfigError."""
     what = "--inbound"
     parts, params = _query(uri, what)
     if parts.scheme != "tcp":  # type: ignore[attr-defined]
-        raise ConfigError(what, uri, "expected tcp://IP?class=CLASS")
+        raise ConfigError(what, uri, "expected tcp://IP?class=CLASS or tcp://NET/PREFIX?class=CLASS")
     host = parts.hostname or ""  # type: ignore[attr-defined]
+    path = parts.path  # type: ignore[attr-defined]
+    if path not in ("", "/"):
+        try:
+            address = str(ipaddress.ip_network(f"{host}{path}", strict=True))
+        except ValueError as exc:
+            raise ConfigError(what, uri, f"{host}{path!s} is not a network NET/PREFIX ({exc})") from None
+        return InboundRule(address, link_spec(params, what=what, value=uri, shape_all=shape_all))
     try:
         address = str(ipaddress.ip_address(host))
     except ValueError:
@@ -447,7 +466,7 @@ class NodeConfig:
     def inbound_link(self, address: str) -> LinkSpec:
         """The LinkSpec for a connection accepted from ``address`` (first matching --inbound rule)."""
         for rule in self.inbound:
-            if rule.address == address:
+            if rule.matches(address):
                 return rule.link
         return self.listen_link
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from netem.plan import ShapingBackend
 from node.core.variants import VariantError, VariantSpec
 
 from .backends.docker_net import DEFAULT_POOL, DockerBackendError
@@ -66,27 +67,29 @@ def _session(run: RunDir) -> Any:
     from .backends.docker_session import DockerSession
 
     backend = run.meta().get("backend")
-    if backend != "docker":  # say so before needing an engine
-        raise click.ClickException(f"run {run.run_id} used the {backend or 'unknown'!r} backend: only Docker runs "
-                                   "are live (status shows what an in-process run recorded)")
+    if backend not in ("docker", "swarm"):  # say so before needing an engine
+        raise click.ClickException(f"run {run.run_id} used the {backend or 'unknown'!r} backend: only Docker and "
+                                   "swarm runs are live (status shows what an in-process run recorded)")
     try:
-        return DockerSession.open(run, _backend())
+        return DockerSession.open(run, _backend(swarm=backend == "swarm"))
     except (RunError, TopologyError, DockerBackendError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
-def _backend(pool: str | None = None, workers: int = 8) -> Any:
+def _backend(pool: str | None = None, workers: int = 8, *, swarm: bool = False) -> Any:
+    """The Docker backend, or with ``swarm`` the swarm backend (this engine must manage a swarm)."""
     import docker
     import docker.errors
 
     from .backends.docker import DockerBackend
+    from .backends.swarm import SwarmBackend
 
     try:
         client = docker.from_env()
         client.ping()
     except (docker.errors.DockerException, OSError) as exc:
         raise click.ClickException(f"cannot reach the Docker engine: {exc}") from None
-    return DockerBackend(client, pool=pool or DEFAULT_POOL, workers=workers)
+    return (SwarmBackend if swarm else DockerBackend)(client, pool=pool or DEFAULT_POOL, workers=workers)
 
 
 def _short(key: str | None) -> str:
@@ -119,7 +122,9 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
 
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--backend", "backend_name", type=click.Choice(["docker", "inproc"]), default="docker", show_default=True)
+@click.option("--backend", "backend_name", type=click.Choice(["docker", "inproc", "swarm"]), default="docker",
+              show_default=True, help="docker: containers on this engine; swarm: services of the swarm this engine "
+              "manages (userspace shaping; docs/orchestrator.md, \"Swarm\"); inproc: one process.")
 @click.option("--run-id", default=None, help="Id of the new run (names its directory, containers and networks) "
               "[default: 8 random hex digits].")
 @runs_dir_option
@@ -167,11 +172,18 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
                                    "`snekbed sim --clock real --metrics HOST:PORT`")
         _up_inproc(topo, run, seed=seed, timeout_s=timeout_s, as_json=as_json)
         return
+    if backend_name == "swarm" and monitoring:
+        raise click.UsageError("--monitoring runs Prometheus on the run's control network next to one engine; it is "
+                               "not supported with --backend swarm (each node's metrics port is published in host "
+                               "mode: `snekbed status --json` does not list it, `docker service inspect` does)")
+    if backend_name == "swarm" and shaping == "kernel":
+        raise click.UsageError("--shaping kernel: the swarm backend shapes in the nodes' userspace transport only "
+                               "(the kernel backend cannot reach tasks on other hosts)")
     err = _console(stderr=True)
     try:
         out = _up_docker(topo, run, seed=seed, timeout_s=timeout_s, shaping=shaping, pool=address_pool, image=image,
                          workers=workers, as_json=as_json, monitoring=monitoring, prometheus_image=prometheus_image,
-                         host_timeout_s=host_timeout_s)
+                         host_timeout_s=host_timeout_s, swarm=backend_name == "swarm")
     except KeyboardInterrupt:
         err.print(f"[red]interrupted[/]: {_rolled_back(run)}")
         sys.exit(130)
@@ -181,13 +193,15 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
 
 def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shaping: str, pool: str | None,
                image: str | None, workers: int, as_json: bool, monitoring: bool = False,
-               prometheus_image: str | None = None, host_timeout_s: float = 600.0) -> dict[str, Any]:
+               prometheus_image: str | None = None, host_timeout_s: float = 600.0,
+               swarm: bool = False) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .backends.docker_session import choose_shaping, start_run
+    from .backends.swarm import SHAPING_WHY
     from .image import ImageError, build_node_image, build_prometheus_image
 
-    backend = _backend(pool, workers)
+    backend = _backend(pool, workers, swarm=swarm)
     err = _console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=as_json) as bar:
@@ -199,7 +213,8 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
             return tasks[name]
 
         try:
-            shaping_choice = choose_shaping(shaping)
+            shaping_choice: tuple[ShapingBackend, str] = (("userspace", SHAPING_WHY) if swarm
+                                                          else choose_shaping(shaping))
             if image is None:
                 t_img = task("node image", None)
                 info = build_node_image(backend.client, progress=lambda line: bar.update(
@@ -233,7 +248,7 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
         except (OSError, RuntimeError) as exc:
             raise click.ClickException(f"{exc}\n(the run is up: `snekbed down --run-id {run.run_id}` removes it)")
         run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
-    out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name,
+    out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name, "backend": backend.name,
            "nodes": len(result.containers) + len(result.hosts),
            "host_nodes": {n: h.to_dict() for n, h in result.hosts.items()},
            "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
@@ -386,7 +401,7 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
             if run_id is None:
                 raise click.ClickException(str(exc)) from None
             target = run_id  # no directory (another runs dir?): still remove by label
-    report = _backend().down(target)
+    report = _down_everywhere(target, run)
     if run is not None:
         run.action("down", None, {"containers_removed": report.containers_removed,
                                   "networks_removed": report.networks_removed, "errors": report.errors})
@@ -402,6 +417,39 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
             click.echo(f"  {line}", err=True)
     if report.containers_left or report.networks_left:
         sys.exit(1)
+
+
+def _down_everywhere(target: str | None, run: RunDir | None) -> Any:
+    """Remove the run's swarm services (when this engine manages a swarm), then its containers and networks.
+
+    Both sweeps go by label, so a swarm run, a Docker run or leftovers of either all go; the
+    report adds them up. Raises ClickException when a swarm run's engine is no swarm manager.
+    """
+    from .backends.docker import DownReport
+    from .backends.swarm import SwarmBackend, swarm_state
+
+    plain = _backend()
+    is_swarm = run is not None and run.meta().get("backend") == "swarm"
+    state = swarm_state(plain.client)
+    if is_swarm and not state["manager"]:
+        raise click.ClickException(f"run {target} is a swarm run: run `snekbed down` on a manager of its swarm "
+                                   f"(this engine's swarm state: {state['state']})")
+    total = DownReport()
+    if state["manager"]:
+        first = SwarmBackend(plain.client).down(target)
+        total.containers_removed += first.containers_removed
+        total.networks_removed += first.networks_removed
+        total.errors += first.errors
+    second = plain.down(target)
+    total.containers_removed += second.containers_removed
+    total.networks_removed += second.networks_removed
+    total.volumes_removed += second.volumes_removed
+    total.errors += second.errors
+    total.containers_left, total.networks_left = second.containers_left, second.networks_left
+    if state["manager"]:
+        total.containers_left += len(plain.api.services(filters={"label": f"snekbed.run={target}" if target
+                                                                 else "snekbed.run"}))
+    return total
 
 
 @click.command()

@@ -130,6 +130,8 @@ class NodeSpec(BaseModel):
                               "[default: 127.0.0.1 and a free port]")
     listen: str | None = Field(None, description="host nodes: HOST:PORT it accepts peers on (needed when another "
                                "host node dials it) [default: no listener; it dials its container peers]")
+    placement: list[str] = Field(default_factory=list, description="swarm backend: placement constraints of the "
+                                 "node's service, e.g. node.labels.site==a (docs/orchestrator.md); others ignore them")
 
     @model_validator(mode="before")
     @classmethod

@@ -88,6 +88,7 @@ __all__ = [
     "UpResult",
     "DownReport",
     "plan_launches",
+    "link_alias",
     "peer_params",
     "link_endpoints",
     "find_dev",
@@ -235,10 +236,18 @@ def _link_shape(topology: Topology, index: int, link_class: str) -> LinkShape:
     return topology.link_class_of(index).shape
 
 
+def link_alias(index: int, node: str) -> str:
+    """The DNS name of ``node`` on the network of ``links[index]`` (swarm backend: a per-network alias)."""
+    return f"l{index}-{node}"
+
+
 def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: int | str,
-                  shaping_backend: ShapingBackend) -> dict[str, NodeLaunch]:
+                  shaping_backend: ShapingBackend, by_name: bool = False) -> dict[str, NodeLaunch]:
     """The command line of every node: identity from ``NodeSpec.seed_bytes(seed)``, peers on link addresses.
 
+    ``by_name`` (the swarm backend, where the swarm allocates addresses): the dialer dials the
+    listener's alias on the link network (:func:`link_alias`) and the listener's ``--inbound``
+    rule names the link's subnet, in which the dialer is the only other member.
     Pure. Raises DockerBackendError when a link's userspace part cannot be expressed.
     """
     launches: dict[str, NodeLaunch] = {}
@@ -264,9 +273,10 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
                 continue
             query = peer_params(ln.link_class, userspace_part(shape, shaping_backend))
             if spec.name == ln.dialer:
-                args += ["--peer", f"tcp://{ln.net.members[peer]}:{NODE_PEER_PORT}?{query}"]
+                target = link_alias(ln.index, peer) if by_name else ln.net.members[peer]
+                args += ["--peer", f"tcp://{target}:{NODE_PEER_PORT}?{query}"]
             else:
-                args += ["--inbound", f"tcp://{ln.net.members[peer]}?{query}"]
+                args += ["--inbound", f"tcp://{ln.net.subnet if by_name else ln.net.members[peer]}?{query}"]
         lan_ip = plan.lan.members.get(spec.name) if plan.lan is not None else None
         launches[spec.name] = NodeLaunch(spec.name, key, plan.control_ip(spec.name), args, links, lan_ip)
     return launches
@@ -355,6 +365,8 @@ def shape_endpoint(pid: int, ip: str, peer_ip: str, shape: LinkShape, backend: S
 
 class DockerBackend:
     """Creates, inspects and removes runs on one Docker engine (``docker.from_env()`` by default)."""
+
+    name = "docker"  # meta.json's ``backend``
 
     def __init__(self, client: docker.DockerClient | None = None, *, pool: str = DEFAULT_POOL, workers: int = 8,
                  lock_path: Path | None = None) -> None:
@@ -497,6 +509,11 @@ class DockerBackend:
         """node name -> the engine's container summary (``State``, ``Id``, ``Labels``, ...) for the run."""
         found = self.api.containers(all=all, filters={"label": f"{LABEL_RUN}={run_id}"})
         return {c["Labels"].get(LABEL_NODE, c["Id"][:12]): c for c in found if c["Labels"].get(LABEL_NODE)}
+
+    def admin_endpoints(self, run_id: str, plan: dict[str, Any]) -> dict[str, str]:
+        """node name -> admin ``HOST:PORT`` of the run's containers: their control addresses (``docker.json``)."""
+        ctl = (plan.get("control") or {}).get("nodes") or {}
+        return {name: f"{ip}:{NODE_ADMIN_PORT}" for name, ip in ctl.items()}
 
     def running(self, run_id: str) -> set[str]:
         """Names of the run's nodes whose container is running."""

@@ -295,11 +295,12 @@ def network_lock(path: Path) -> Iterator[None]:
 
 
 def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
-                    progress: Callable[[Subnet], None] | None = None) -> dict[str, str]:
+                    progress: Callable[[Subnet], None] | None = None, driver: str = "bridge") -> dict[str, str]:
     """Create every network of ``plan`` (labelled with the run id); return name -> network id.
 
-    Links and the LAN segment are ``internal`` bridges; the control network is not,
-    so the host reaches the admin APIs. Raises DockerBackendError naming the network.
+    Links and the LAN segment are ``internal``; the control network is not, so the host
+    reaches the admin APIs. ``driver="overlay"`` (the swarm backend) makes them attachable
+    swarm-scope overlays with the same subnets. Raises DockerBackendError naming the network.
     """
     import docker.errors
     import docker.types
@@ -313,8 +314,9 @@ def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
                            "snekbed.class": ln.link_class})
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=net.subnet, gateway=net.gateway)])
         try:
-            created = client.api.create_network(net.name, driver="bridge", internal=net.role != "control",
-                                                ipam=ipam, labels=labels, check_duplicate=True)
+            extra = {"attachable": True, "scope": "swarm"} if driver == "overlay" else {}
+            created = client.api.create_network(net.name, driver=driver, internal=net.role != "control",
+                                                ipam=ipam, labels=labels, check_duplicate=True, **extra)
         except docker.errors.APIError as exc:
             raise DockerBackendError(f"creating network {net.name} ({net.subnet}) failed: "
                                      f"{exc.explanation or exc}") from exc

@@ -23,7 +23,6 @@ import networkx as nx
 from netem.plan import ShapingBackend
 from netem.probe import probe
 from node.core.router import MAX_PORTS
-from orchestrator.image import NODE_ADMIN_PORT
 from orchestrator.observe import check_convergence
 from orchestrator.record import outcome_of
 from orchestrator.runs import RunDir, RunError, versions
@@ -31,6 +30,7 @@ from orchestrator.topology import Topology
 
 from .docker import DockerBackend, DownReport, HostLaunch, NodeLaunch, UpResult, sigint_ignored
 from .docker_net import AddressPlan, DockerBackendError
+from .swarm import SwarmBackend
 from .docker_observe import (
     POLL_S,
     AdminClient,
@@ -44,6 +44,7 @@ from .docker_observe import (
 __all__ = ["DockerSession", "links_not_made", "start_run", "roll_back", "choose_shaping", "wait_host_nodes",
            "host_node_text", "PING_TIMEOUT_S", "HOST_TIMEOUT_S"]
 
+LIVE_BACKENDS = ("docker", "swarm")  # meta.json backends whose runs live on an engine
 PING_TIMEOUT_S = 5.0  # §8: the reference's ping timeout
 HOST_TIMEOUT_S = 600.0  # how long `up` waits for the user to start the host nodes
 HOST_POLL_S = 0.5
@@ -78,16 +79,29 @@ class DockerSession:
     def open(cls, run: RunDir, backend: DockerBackend | None = None) -> DockerSession:
         """Re-open a Docker run from its directory. Raises RunError when it is not a Docker run."""
         meta = run.meta()
-        if meta.get("backend") != "docker":
-            raise RunError(f"run {run.run_id} used the {meta.get('backend', 'unknown')!r} backend: only Docker runs "
-                           "are live (status shows what an in-process run recorded)")
+        if meta.get("backend") not in LIVE_BACKENDS:
+            raise RunError(f"run {run.run_id} used the {meta.get('backend', 'unknown')!r} backend: only Docker and "
+                           "swarm runs are live (status shows what an in-process run recorded)")
+        if backend is None:
+            backend = SwarmBackend() if meta.get("backend") == "swarm" else DockerBackend()
+        elif backend.name != meta.get("backend"):
+            raise RunError(f"run {run.run_id} is a {meta.get('backend')} run, not a {backend.name} run")
         plan = run.read_json("docker.json", {}) or {}
         topo = Topology.from_data(run.read_json("topology.json"), file=str(run.path / "topology.json"))
-        ctl = (plan.get("control") or {}).get("nodes") or {}
-        endpoints = {name: f"{ip}:{NODE_ADMIN_PORT}" for name, ip in ctl.items()}
+        endpoints = backend.admin_endpoints(run.run_id, plan)
         hosts = plan.get("hosts") or {}
         endpoints.update({name: str(h["admin"]) for name, h in hosts.items()})
-        return cls(run, topo, backend or DockerBackend(), dict(meta.get("nodes") or {}), endpoints, frozenset(hosts))
+        return cls(run, topo, backend, dict(meta.get("nodes") or {}), endpoints, frozenset(hosts))
+
+    def refresh_endpoints(self) -> dict[str, str]:
+        """Ask the backend again where each node's admin API is (a swarm task that restarted has a new port)."""
+        plan = self.run.read_json("docker.json", {}) or {}
+        fresh = self.backend.admin_endpoints(self.run_id, plan)
+        for name in list(self.endpoints):
+            if name not in self.hosts and name not in fresh:
+                del self.endpoints[name]
+        self.endpoints.update(fresh)
+        return self.endpoints
 
     # ------------------------------------------------------------ views
 
@@ -180,7 +194,7 @@ class DockerSession:
                 "peers": len(doc.get("peers") or []) if doc else None,
                 "routing_table_size": doc.get("routing_table_size"), "error": errors.get(name),
             })
-        return {"run_id": self.run_id, "backend": "docker", "topology": self.topology.name, "nodes": rows,
+        return {"run_id": self.run_id, "backend": self.backend.name, "topology": self.topology.name, "nodes": rows,
                 "running": len(running), "tree": verdict.tree and not unreachable,
                 "snake": verdict.snake and not unreachable, "wrong_root": verdict.wrong_root,
                 "wrong_descending": verdict.wrong_descending, "unreachable": unreachable}
@@ -394,7 +408,7 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
         keys = {name: la.key for name, la in launches.items()} | {name: h.key for name, h in hosts.items()}
         others = {n: v for n, v in sorted(variants.items()) if v != run_variant}
         run.write_json("meta.json", {
-            "run_id": run.run_id, "backend": "docker", "variant": run_variant, "topology": topology.name,
+            "run_id": run.run_id, "backend": backend.name, "variant": run_variant, "topology": topology.name,
             **({"variants": others} if others else {}),
             "seed": seed if isinstance(seed, int) else None, "clock": "real", "link_delay_ms": None,
             "nodes": {name: keys[name] for name in topology.node_names},
@@ -418,6 +432,9 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                             "shaping_backend": shaping_backend, "networks_s": round(result.network_s, 3),
                             "containers_s": round(result.container_s, 3)}, mono_s=result.t_last_start)
     session = DockerSession.open(run, backend)
+    if isinstance(backend, SwarmBackend):  # where the swarm put each node (addresses are the swarm's to choose)
+        run.update_meta(swarm={"placements": backend.placements(run.run_id), "shaping": "userspace",
+                               "why": "the kernel backend cannot reach tasks on other hosts"})
     t0 = result.t_last_start
     if result.hosts:
         announce(host_node_text(run.run_id, result.hosts, host_timeout_s))

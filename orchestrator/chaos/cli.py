@@ -1,4 +1,4 @@
-"""``snekbed chaos SCENARIO [--topology FILE] [--backend inproc|docker] [--seed N] [--record DIR] [--json]``.
+"""``snekbed chaos SCENARIO [--topology FILE] [--backend inproc|docker|swarm] [--seed N] [--record DIR] [--json]``.
 
 Exit codes: 0 when every step passed, 1 when one failed (the JSON names it), 2 for a
 bad scenario or topology file (the message names the file, line and field).
@@ -90,12 +90,14 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
 
 def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: Path | None, runs_dir: Path | None,
                     image: str | None, keep: bool, variant: VariantSpec, monitoring: bool = False,
-                    prometheus_image: str | None = None) -> Any:  # fmt: skip
-    import docker  # the Docker SDK: an optional extra, loaded only for --backend docker
+                    prometheus_image: str | None = None, swarm: bool = False) -> Any:  # fmt: skip
+    import docker  # the Docker SDK: an optional extra, loaded only for --backend docker|swarm
 
     from ..backends.docker import DockerBackend
+    from ..backends.swarm import SwarmBackend, SwarmError
     from ..image import build_node_image, build_prometheus_image
     from .docker_backend import DockerChaos
+    from .swarm_backend import SwarmChaos
 
     full = full_topology(topology, sc).with_variant(variant)
     if not full.links:
@@ -106,7 +108,14 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
         if step.action in HOST_REFUSED and target in hosts:
             raise click.UsageError(f"scenario {sc.name}: steps[{i}] ({step.action} {target}): {target} is a host "
                                    "node (runs outside Docker): only pings, link and partition faults apply to it")
-    backend = DockerBackend(docker.from_env())
+    swarm_backend = SwarmBackend(docker.from_env()) if swarm else None
+    backend = swarm_backend or DockerBackend(docker.from_env())
+    if swarm_backend is not None:
+        try:
+            swarm_backend.require_manager()
+            swarm_backend.check_topology(full)
+        except SwarmError as exc:
+            raise click.UsageError(str(exc)) from None
     if image is None:
         image = build_node_image(backend.client).tag
     if monitoring and prometheus_image is None:
@@ -115,6 +124,12 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
     run = create_run(root, run_id, topology=full.to_record())
     declared_nodes, declared_links = sc.declared()
     initial = set(topology.node_names) if topology is not None else set()
+    if swarm_backend is not None:
+        return SwarmChaos(full, run, image=image, seed=seed, backend=swarm_backend, keep=keep,
+                          start_stopped=[n for n in declared_nodes if n not in initial],
+                          start_unlinked=[(a, b) for a, b, _ in declared_links
+                                          if topology is None or not any({ln.a, ln.b} == {a, b}
+                                                                         for ln in topology.links)])
     return DockerChaos(full, run, image=image, seed=seed, backend=backend, keep=keep,
                        prometheus_image=prometheus_image if monitoring else None,
                        metrics=RunMetrics(run.run_id) if monitoring else None,
@@ -127,7 +142,8 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
 @click.argument("scenario", required=False)
 @click.option("--topology", "topology_path", type=click.Path(dir_okay=False, path_type=Path),
               help="topology file (optional for a sequence that builds its network)")
-@click.option("--backend", type=click.Choice(["inproc", "docker"]), default="inproc", show_default=True)
+@click.option("--backend", type=click.Choice(["inproc", "docker", "swarm"]), default="inproc", show_default=True,
+              help="swarm: services of the swarm this engine manages (docs/chaos.md, \"Swarm\")")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--random", "random_n", type=int, default=None, help="run a seeded random schedule of N faults")
 @click.option("--clock", type=click.Choice(["virtual", "real"]), default="virtual", show_default=True,
@@ -163,7 +179,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
           prometheus_image: str | None, metrics_at: str | None, view_at: str | None, as_json: bool,
           list_only: bool) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
-    if monitoring and backend != "docker":
+    if monitoring and backend != "docker":  # swarm too: Prometheus sits on one engine's control network
         raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
                                "(watch an in-process run with --clock real --metrics HOST:PORT)")
     if metrics_at is not None and backend == "inproc" and clock != "real":
@@ -228,9 +244,9 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     """
     variant = variant or VariantSpec()
     t_prepare = time.monotonic()
-    if backend == "docker":
+    if backend in ("docker", "swarm"):
         chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant, monitoring,
-                                        prometheus_image)  # fmt: skip
+                                        prometheus_image, swarm=backend == "swarm")  # fmt: skip
         clock_obj = None
         run_dir: str | None = str(chaos_backend.run.path)
         run_id = chaos_backend.run.run_id
@@ -246,7 +262,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     server = None
     if metrics_at is not None:
         metrics = metrics or RunMetrics(run_id)
-        if backend == "docker":
+        if backend in ("docker", "swarm"):
             chaos_backend.metrics = metrics
         server = serve_metrics(metrics, metrics_at.host, metrics_at.port)
         click.echo(f"snekbed chaos: run metrics on {server.url}", err=True)
@@ -259,7 +275,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     finally:
         if server is not None:
             server.close()
-    if backend == "docker" and ab is not None:
+    if backend in ("docker", "swarm") and ab is not None:
         chaos_backend.run.update_meta(ab=ab)
     out["run_dir"] = run_dir
     out["variant"] = str(variant)

@@ -43,6 +43,7 @@ from typing import Any
 import networkx as nx
 import trio
 
+from netem.plan import ShapingBackend
 from node.core.router import Timers
 from node.core.variants import VariantSpec
 
@@ -118,7 +119,7 @@ class DockerChaos:
 
     async def start(self, nursery: trio.Nursery | None = None) -> None:
         self._nursery = nursery
-        shaping = await trio.to_thread.run_sync(choose_shaping, self.shaping)
+        shaping = await trio.to_thread.run_sync(self._shaping)
 
         def announce(text: str) -> None:
             print(f"snekbed chaos: {text}", file=sys.stderr, flush=True)
@@ -148,6 +149,10 @@ class DockerChaos:
                                              else self.monitoring.exporter.url})  # fmt: skip
             print(f"snekbed chaos: Prometheus for run {self.run.run_id}: {self.monitoring.prometheus.url}",
                   file=sys.stderr, flush=True)
+
+    def _shaping(self) -> tuple[ShapingBackend, str]:
+        """The shaping backend and why (``--shaping``: the host is probed)."""
+        return choose_shaping(self.shaping)
 
     async def stop(self) -> None:
         if self._traffic is not None:

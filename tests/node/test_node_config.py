@@ -133,6 +133,17 @@ def test_inbound_rules() -> None:
         parse_inbound("tcp://somehost?class=lan")
 
 
+def test_inbound_rules_by_network() -> None:
+    """A rule for NET/PREFIX matches every address in it (a swarm allocates the dialer's address)."""
+    rule = parse_inbound("tcp://10.1.2.8/29?class=lan")
+    assert rule.address == "10.1.2.8/29" and rule.link.link_class == "lan"
+    cfg = NodeConfig(identity=Identity(bytes(32)), inbound=[rule])
+    assert cfg.inbound_link("10.1.2.10") is rule.link and cfg.inbound_link("10.1.2.15") is rule.link
+    assert cfg.inbound_link("10.1.2.16").type_name == "remote"
+    with pytest.raises(ConfigError, match="not a network"):
+        parse_inbound("tcp://10.1.2.9/29?class=lan")  # host bits set
+
+
 def test_node_config_checks() -> None:
     ident = Identity(bytes(32))
     with pytest.raises(ConfigError, match="--max-frame-bytes"):

@@ -23,6 +23,7 @@ from orchestrator.backends.docker_net import (
 )
 from orchestrator.backends.docker_observe import reconvergence_bound_s, views_from_states
 from orchestrator.backends.docker_session import links_not_made
+from orchestrator.backends.swarm import SwarmBackend, SwarmError
 from orchestrator.generators import line, ring
 from orchestrator.runs import RunError, RunNotFound, create_run, latest_run_id, open_run
 from orchestrator.topology import Topology
@@ -122,6 +123,31 @@ def test_launches_dial_from_the_smaller_name_with_kernel_partial_leftovers() -> 
     peers = sum(len(_args_of(la.args, "--peer")) for la in launches.values())
     inbound = sum(len(_args_of(la.args, "--inbound")) for la in launches.values())
     assert peers == inbound == len(topo.links)
+
+
+def test_swarm_launches_dial_aliases_and_accept_by_subnet() -> None:
+    """The swarm allocates addresses: the dialer dials the listener's alias on the link's overlay, the
+    listener classifies by the link's subnet, and the whole shape stays in userspace; the same nodes and
+    keys as the Docker backend."""
+    topo = load_topology(MESH)
+    plan = plan_addresses(topo, "r3")
+    launches = plan_launches(topo, plan, run_id="r3", seed=7, shaping_backend="userspace", by_name=True)
+    link = next(ln for ln in plan.links if {ln.a, ln.b} == {"n02", "n12"})
+    query = "class=remote&delay_ms=40&jitter_ms=3&loss_pct=0.2&rate_mbit=10&queue_limit_pkts=100"
+    assert f"tcp://l{link.index}-n12:7000?{query}" in _args_of(launches["n02"].args, "--peer")
+    assert f"tcp://{link.net.subnet}?{query}" in _args_of(launches["n12"].args, "--inbound")
+    docker = plan_launches(topo, plan, run_id="r3", seed=7, shaping_backend="userspace")
+    assert {n: la.key for n, la in launches.items()} == {n: la.key for n, la in docker.items()}
+    assert not any(ip in " ".join(la.args) for la in launches.values() for ln in plan.links
+                   for ip in (f"{ln.ip_a}:", f"{ln.ip_b}:"))  # no planned address is dialled
+
+
+def test_swarm_refuses_host_and_multicast_nodes() -> None:
+    for extra, said in (({"host": True}, "host nodes"), ({"multicast": True}, "multicast nodes")):
+        doc = {"name": "t", "nodes": [{"name": "a", **extra}, "b"], "links": [{"a": "a", "b": "b"}]}
+        topo = Topology.from_data(doc)
+        with pytest.raises(SwarmError, match=said):
+            SwarmBackend.check_topology(topo)
 
 
 def test_launch_keys_match_the_inproc_derivation() -> None:

@@ -1,0 +1,133 @@
+"""The chaos backend on a Docker Swarm: the Docker chaos backend, with faults mapped onto services.
+
+Everything the runner sees is :class:`~orchestrator.chaos.docker_backend.DockerChaos`'s
+(observation through the nodes' admin APIs, pings, traffic, link shaping through
+``POST /peers/shape``); what differs is how a fault reaches a node
+(docs/chaos.md, "Swarm"):
+
+* ``kill``: the node's service is scaled to 0: its task is stopped (SIGTERM, SIGKILL
+  after 3 s; the node closes its connections, so peers notice at once) and, with restart
+  policy ``none``, stays down. ``remove_node`` is a kill that is never undone.
+* ``restart``: the service is scaled back to 1: a NEW task and container (same key, same
+  command, possibly on another swarm node) with new overlay addresses and new published
+  ports; the orchestrator reads the new admin address from the task. Links that are down
+  at that moment are cut again on the new container.
+* ``link_down`` / ``partition``: the link's overlay is disconnected from the task
+  container of the link's dialer (the smaller name) only, which cuts the link (it has no
+  other member). The listener's end stays attached because the swarm registered its DNS
+  alias, which the dialer resolves on every dial; an alias re-added by a manual
+  ``network connect`` is not served by the swarm's DNS. ``link_up`` / ``heal`` connect
+  the dialer again (a fresh address from the link's subnet; the listener's ``--inbound``
+  rule names the subnet) and ask both ends to redial.
+* ``pause`` / ``resume``, ``link_down``, ``partition``: these act on a task's container,
+  which only the engine running it can do: they work for tasks on this engine (every task
+  on a one-node swarm) and fail with a target error naming the node otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import trio
+
+from netem.plan import ShapingBackend
+
+from ..backends.docker import link_alias
+from ..backends.swarm import SHAPING_WHY, SwarmBackend, swarm_state
+from ..runs import RunDir
+from ..topology import Topology
+from .docker_backend import DockerChaos
+from .targets import TargetError
+
+__all__ = ["SwarmChaos"]
+
+
+class SwarmChaos(DockerChaos):
+    """A ChaosBackend over one swarm run. ``await start(nursery)`` creates it; ``stop`` removes it by label."""
+
+    name = "swarm"
+
+    def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0,
+                 start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
+                 backend: SwarmBackend | None = None, keep: bool = False, timeout_s: float = 240.0) -> None:
+        swarm = backend or SwarmBackend()
+        swarm.check_topology(topology)
+        super().__init__(topology, run, image=image, seed=seed, shaping="userspace", start_stopped=start_stopped,
+                         start_unlinked=start_unlinked, backend=swarm, keep=keep, timeout_s=timeout_s)
+        self.swarm: SwarmBackend = swarm
+        self._here = ""  # this engine's swarm node id
+
+    def _shaping(self) -> tuple[ShapingBackend, str]:
+        return "userspace", SHAPING_WHY
+
+    def _cid(self, name: str) -> str:
+        """The container of ``name``'s running task; TargetError when it runs on another swarm node."""
+        c = self.swarm.containers(self.run.run_id).get(name)
+        if c is None or not c.get("Container"):
+            raise KeyError(f"no running task for node {name!r}")
+        if not self._here:
+            self._here = swarm_state(self.swarm.client)["node_id"]
+        if c.get("SwarmNode") != self._here:
+            raise TargetError(f"{name} runs on swarm node {c.get('SwarmNode')}, not on this engine "
+                              f"({self._here}): pause and link faults act on a task's container, which only the "
+                              "engine running it can reach")
+        return str(c["Container"])
+
+    # ------------------------------------------------------------------ links: the dialer's end only
+
+    async def _disconnect(self, index: int) -> None:
+        assert self.plan is not None
+        ln = self.plan.links[index]
+        if ln.dialer not in self.stopped and ln.dialer not in self.removed:
+            cid = self._cid(ln.dialer)
+            try:
+                await self._docker(lambda: self.docker.api.disconnect_container_from_network(
+                    cid, self.net_ids[ln.net.name], force=True))  # fmt: skip
+            except Exception as exc:
+                if "is not connected" not in str(exc):
+                    raise
+        self.down_links.add(index)  # a stopped dialer is cut again when it restarts
+
+    async def _connect(self, index: int) -> None:
+        assert self.plan is not None
+        ln = self.plan.links[index]
+        if ln.dialer not in self.stopped and ln.dialer not in self.removed:
+            cid = self._cid(ln.dialer)
+            try:
+                await self._docker(lambda: self.docker.api.connect_container_to_network(
+                    cid, self.net_ids[ln.net.name], aliases=[link_alias(ln.index, ln.dialer)]))  # fmt: skip
+            except Exception as exc:
+                if "already exists" not in str(exc):
+                    raise
+        self.down_links.discard(index)
+        await self._redial({ln.a, ln.b})
+
+    # ------------------------------------------------------------------ nodes: scale to 0 and back
+
+    async def restart(self, name: str) -> None:
+        self._no_host(name, "restart")
+        if name not in self.stopped:
+            await self.kill(name)
+        await self._docker(self.swarm.restart, self.run.run_id, name)
+        self.stopped.discard(name)
+        self.removed.discard(name)
+        await self._refresh_endpoints()
+        assert self.plan is not None
+        for ln in self.plan.links:  # the new task is on every link overlay again: cut the ones that are down
+            if ln.dialer == name and ln.index in self.down_links:
+                await self._disconnect(ln.index)
+        await self._wait_admin(name)
+
+    async def _refresh_endpoints(self) -> None:
+        assert self.session is not None and self._admin is not None
+        fresh: dict[str, Any] = await trio.to_thread.run_sync(self.session.refresh_endpoints)
+        self._admin.endpoints.update(fresh)
+
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
+        await super().start(nursery)
+        placements = self.swarm.placements(self.run.run_id)
+        hosts = sorted({p["host"] for p in placements.values()})
+        print(f"snekbed chaos: swarm run {self.run.run_id}: {len(placements)} services on {len(hosts)} swarm "
+              f"node(s) ({', '.join(hosts)})", file=sys.stderr, flush=True)

@@ -1,0 +1,164 @@
+"""``--backend swarm`` on a one-node swarm: mesh-12 as services on overlay networks, through the CLI.
+
+Up converges; pings in both modes; a root kill re-converges within the timer bound; the
+shipped partition-heal scenario passes; ``down`` leaves no labelled service, container or
+network. The swarm is made by the fixture only when this engine is in none (and left,
+with the ``docker_gwbridge`` it created, only then, also after a failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.backends.docker_net import host_routes
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
+#: Candidate default address pools for a swarm this test makes (its ingress network takes a /24 of it).
+POOLS = ("10.215.0.0/16", "10.217.0.0/16", "10.219.0.0/16", "172.29.0.0/16")
+
+
+def _free_pool(client: Any) -> str:
+    """The first candidate pool overlapping no Docker network and no host route."""
+    taken = list(host_routes())
+    for net in client.api.networks():
+        for cfg in (net.get("IPAM") or {}).get("Config") or []:
+            with contextlib.suppress(ValueError, TypeError):
+                taken.append(ipaddress.ip_network(cfg.get("Subnet", ""), strict=False))
+    for pool in POOLS:
+        if not any(ipaddress.ip_network(pool).overlaps(t) for t in taken if t.version == 4):
+            return pool
+    pytest.fail(f"no free address pool for the swarm among {', '.join(POOLS)}")
+
+
+@pytest.fixture(scope="module")
+def swarm(client: Any) -> Iterator[str]:
+    """This engine as a swarm manager: the swarm it is in, or a one-node swarm made here (and left afterwards)."""
+    state = client.api.info()["Swarm"]
+    if state.get("LocalNodeState") == "active":
+        if not state.get("ControlAvailable"):
+            pytest.skip("this engine is a swarm worker: the swarm backend needs a manager")
+        yield "existing"
+        return
+    had_gwbridge = bool(client.api.networks(names=["docker_gwbridge"]))
+    client.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377",
+                      default_addr_pool=[_free_pool(client)], subnet_size=24)
+    try:
+        yield "made"
+    finally:
+        client.swarm.leave(force=True)
+        if not had_gwbridge:  # the swarm made it for its tasks' outside access; nothing else uses it now
+            with contextlib.suppress(Exception):
+                client.api.remove_network("docker_gwbridge")
+
+
+def _cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=timeout_s)  # fmt: skip
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.stdout.strip(), done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _labelled(client: Any, run_id: str) -> tuple[int, int, int]:
+    """(services, containers, networks) labelled with the run."""
+    label = {"label": f"snekbed.run={run_id}"}
+    return (len(client.api.services(filters=label)), len(client.api.containers(all=True, filters=label)),
+            len(client.api.networks(filters=label)))
+
+
+def test_mesh12_on_a_swarm(client: Any, image: str, swarm: str, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    run_id = f"sw{uuid.uuid4().hex[:6]}"
+    common = ("--runs-dir", str(runs), "--run-id", run_id)
+    try:
+        up = _cli("up", str(MESH12), "--backend", "swarm", "--image", image, *common, "--timeout-s", "180", "--json")
+        out = _json(up)
+        assert up.returncode == 0 and out["converged"], up.stderr[-3000:]
+        assert out["backend"] == "swarm" and out["nodes"] == 12 and out["shaping_backend"] == "userspace"
+        assert _labelled(client, run_id)[0] == 12
+        nets = client.api.networks(filters={"label": f"snekbed.run={run_id}"})
+        assert {n["Driver"] for n in nets} == {"overlay"} and len(nets) == 1 + out["links"]
+        meta = json.loads((runs / run_id / "meta.json").read_text())
+        assert meta["backend"] == "swarm" and meta["shaping"]["backend"] == "userspace"
+        assert "other hosts" in meta["shaping"]["why"] and meta["swarm"]["shaping"] == "userspace"
+        assert len(meta["swarm"]["placements"]) == 12
+        assert {ln["shaping_backend"] for ln in meta["links"]} <= {"userspace", "none"}
+
+        status = _json(_cli("status", "--runs-dir", str(runs), "--run-id", run_id, "--json"))
+        assert status["backend"] == "swarm" and status["snake"] and status["running"] == 12
+
+        for mode in ("snek", "tree"):
+            done = _cli("ping", "n01", "n12", "--mode", mode, "--count", "3", *common[:2], "--run-id", run_id,
+                        "--json")  # fmt: skip
+            pinged = _json(done)
+            assert done.returncode == 0 and pinged["received"] == pinged["sent"] == 3, (mode, pinged)
+
+        killed = _cli("kill-root", "--runs-dir", str(runs), "--run-id", run_id, "--json")
+        k = _json(killed)
+        assert k["converged"] and k["snake_converged_s"] <= k["bound_s"], (k, killed.stderr[-3000:])
+        assert set(k["pings"]) == {"snek", "tree"} and all(c["sent"] > 0 for c in k["pings"].values()), k
+        # kill-root pings 4 pairs the moment the observer sees the snake converged, and exits 1 if one is lost.
+        # Right after a root change a SNEK entry installed under the old root can still misroute a frame (a
+        # pong too, which always goes by SNEK) until it expires, on a swarm as on plain Docker (docs/chaos.md,
+        # docs/variants.md: the root_filter study), so that exit is allowed here; the network must deliver in
+        # both modes once such entries have expired (they last 10 s without a refreshing bootstrap).
+        lost = any(c["received"] < c["sent"] for c in k["pings"].values())
+        assert killed.returncode == (1 if lost else 0), (k, killed.stderr[-3000:])
+        assert _labelled(client, run_id)[1] == 11  # the root's task is gone and not restarted
+        survivors = [n for n in (f"n{i:02d}" for i in range(1, 13)) if n != k["killed"]]
+        a, b = survivors[0], survivors[-1]
+        for mode in ("snek", "tree"):
+            deadline = time.monotonic() + 30
+            while True:
+                again = _json(_cli("ping", a, b, "--mode", mode, "--count", "3", *common[:2], "--run-id", run_id,
+                                   "--json"))  # fmt: skip
+                if again["received"] == again["sent"] == 3 or time.monotonic() > deadline:
+                    break
+                time.sleep(2)
+            assert again["received"] == again["sent"] == 3, (mode, again, k)
+
+        down = _cli("down", "--runs-dir", str(runs), "--run-id", run_id, "--json")
+        d = _json(down)
+        assert down.returncode == 0 and d["containers_left"] == 0 and d["networks_left"] == 0, d
+        assert _labelled(client, run_id) == (0, 0, 0)
+    finally:
+        if _labelled(client, run_id) != (0, 0, 0):
+            _cli("down", "--runs-dir", str(runs), "--run-id", run_id)
+
+
+def test_partition_heal_on_a_swarm(client: Any, image: str, swarm: str, tmp_path: Path) -> None:
+    done = _cli("chaos", "partition-heal", "--backend", "swarm", "--topology", str(MESH12), "--image", image,
+                "--runs-dir", str(tmp_path / "runs"), "--seed", "2", "--json")  # fmt: skip
+    out = json.loads(done.stdout) if done.stdout.strip() else {}
+    run_id = Path(out["run_dir"]).name if out.get("run_dir") else None
+    try:
+        assert done.returncode == 0 and out["verdict"] == "pass", done.stdout[-6000:] + done.stderr[-3000:]
+        assert out["backend"] == "swarm"
+        steps = out["steps"]
+        assert [s["action"] for s in steps] == ["wait", "partition", "heal"]
+        assert steps[1]["components"] == 2 and steps[2]["components"] == 1
+        for s in steps[1:]:
+            assert all(v["ok"] for v in s["invariants"].values()), s
+            assert "delivered" in s["invariants"]["pairs_reachable"]["detail"], s
+        assert out["traffic"]["delivered"] > 0
+        actions = [json.loads(x)["action"] for x in (Path(out["run_dir"]) / "actions.jsonl").read_text().splitlines()]
+        assert "partition" in actions and "heal" in actions
+    finally:
+        if run_id is not None:
+            assert _labelled(client, run_id) == (0, 0, 0)
