@@ -33,16 +33,17 @@ PACKAGES = ("contract", "netem", "node", "orchestrator", "pipeline")
 LAZY_BOUNDARIES: dict[str, tuple[frozenset[str], str, str]] = {
     "orchestrator.run_cli": (
         frozenset({"orchestrator.backends.docker", "orchestrator.backends.docker_session", "orchestrator.image",
-                   "orchestrator.compose"}),
+                   "orchestrator.compose", "orchestrator.backends.swarm"}),
         "docker",
         "`snekbed up --backend inproc` and `status` of an in-process run work without the docker extra; the "
-        "Docker backend (orchestrator.image imports the SDK) loads when a Docker run is asked for",
+        "Docker or swarm backend (orchestrator.image imports the SDK) loads when such a run is asked for",
     ),
     "orchestrator.chaos.cli": (
-        frozenset({"orchestrator.backends.docker", "orchestrator.chaos.docker_backend", "orchestrator.image"}),
+        frozenset({"orchestrator.backends.docker", "orchestrator.chaos.docker_backend", "orchestrator.image",
+                   "orchestrator.backends.swarm", "orchestrator.chaos.swarm_backend"}),
         "docker",
         "`snekbed chaos` on the in-process backend works without the docker extra; the Docker chaos backend "
-        "(and the image build, which imports the SDK) loads for --backend docker",
+        "(and the image build, which imports the SDK) loads for --backend docker or swarm",
     ),
     "pipeline.cli": (
         frozenset({"pipeline.analysis", "pipeline.io"}),
