@@ -48,6 +48,9 @@ class SimConfig:
     clock: str = "virtual"
     seed: int = 0
     pairs: int = 100
+    #: the mode of the sampled pings ("snek" or "tree"): a run pings in one mode, so that a run in each mode
+    #: keeps the same schedule (one outstanding ping per target and router)
+    ping_mode: str = "snek"
     kill_root: bool = False
     link_delay_ms: float = 1.0
     max_time_s: float = 600.0
@@ -202,7 +205,7 @@ class _Sim:
         sent: list[tuple[str, str, int]] = []
         for a, b in pairs:
             router = self.net.nodes[a].router
-            if router.ping.start(self.net.nodes[b].key, now, mode="snek"):
+            if router.ping.start(self.net.nodes[b].key, now, mode=self.cfg.ping_mode):
                 sent.append((a, b, nx.shortest_path_length(g, a, b)))
             self.net._flush(self.net.nodes[a])
         await self.net.run_until(now + PING_WAIT_S)
@@ -218,11 +221,12 @@ class _Sim:
             ok = res is not None and res.received
             delivered += ok
             if self.metrics is not None:
-                self.metrics.counts.ping(a, "snek", ok)
+                self.metrics.counts.ping(a, self.cfg.ping_mode, ok)
             if ok:
                 samples.append((res.links, shortest))
             if self.recorder is not None:
-                self.recorder.ping(a, b, self.net.nodes[a].key, self.net.nodes[b].key, "snek", now, res, shortest, g)
+                self.recorder.ping(a, b, self.net.nodes[a].key, self.net.nodes[b].key, self.cfg.ping_mode, now, res,
+                                   shortest, g)
         self.progress(phase, self.net.now)
         return {"sent": len(sent), "delivered": delivered, "samples": samples}
 
@@ -300,6 +304,7 @@ class _Sim:
             "tree_converged_s": _r(tree_s),
             "snake_converged_s": _r(snake_s),
             "pings": {"sent": pings["sent"], "delivered": pings["delivered"]},
+            "ping_mode": cfg.ping_mode,
             "stretch": stretch_summary(pings["samples"]),
             "hops_counted": HOP_CONVENTION,
         }

@@ -98,6 +98,8 @@ def refused_sentence(refused: list[dict]) -> str:
               help="virtual: trio MockClock, protocol time runs as fast as the CPU allows; real: wall-clock time.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds node keys, link delays and ping pairs.")
 @click.option("--pairs", type=int, default=100, show_default=True, help="SNEK pings to sample after convergence.")
+@click.option("--ping-mode", type=click.Choice(["snek", "tree"]), default="snek", show_default=True,
+              help="Route the sampled pings by SNEK or by tree coordinates (JSON: ping_mode).")
 @click.option("--kill-root", is_flag=True, help="After convergence, kill the root and measure re-convergence.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--link-delay-ms", type=float, default=1.0, show_default=True,
@@ -123,7 +125,7 @@ def refused_sentence(refused: list[dict]) -> str:
               help="Serve the live `snekbed view` page of this run (docs/view.md); needs --clock real.")
 @click.option("--hold-s", type=float, default=0.0, show_default=True,
               help="After the run, keep the network, the --metrics endpoint and the --view page up this many seconds.")
-def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_json: bool, link_delay_ms: float,
+def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_root: bool, as_json: bool, link_delay_ms: float,
         max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
         knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, view_at: str | None,
         hold_s: float) -> None:
@@ -146,7 +148,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, kill_root: bool, as_j
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from exc
     cfg = config_from_topology(
-        topo, clock=clock, seed=seed, pairs=pairs, kill_root=kill_root, link_delay_ms=link_delay_ms,
+        topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root, link_delay_ms=link_delay_ms,
         max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
     )
     cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap

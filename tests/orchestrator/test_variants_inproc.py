@@ -47,13 +47,18 @@ def _assert_delivered(out: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["snek", "tree"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_each_variant_converges_and_delivers_on_graph_250(variant: str, tmp_path: Path) -> None:
+def test_each_variant_converges_and_delivers_on_graph_250(variant: str, mode: str, tmp_path: Path) -> None:
+    """Every sampled ping delivered, before and after the root kill; a run per ping mode (same schedule)."""
     topo = _graph250()
     rec = tmp_path / "run"
     out = run_sim_sync(config_from_topology(topo, seed=0, pairs=100, kill_root=True, variant=VariantSpec(variant),
-                                            record=rec))  # fmt: skip
+                                            record=rec, ping_mode=mode))  # fmt: skip
     _assert_delivered(out)
+    assert out["ping_mode"] == mode
+    pinged = [json.loads(ln) for ln in (rec / "pings.jsonl").read_text().splitlines()]
+    assert pinged and {p["mode"] for p in pinged} == {mode}
     assert out["variant"] == variant and out["variants"] == {variant: len(topo.nodes)}
     meta = json.loads((rec / "meta.json").read_text())
     assert meta["variant"] == variant and "variants" not in meta
@@ -63,12 +68,15 @@ def test_each_variant_converges_and_delivers_on_graph_250(variant: str, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["snek", "tree"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_each_variant_converges_and_delivers_on_a_100_node_mixed_mesh(variant: str) -> None:
+def test_each_variant_converges_and_delivers_on_a_100_node_mixed_mesh(variant: str, mode: str) -> None:
     topo = mesh_mixed(100, seed=1)
     assert {ln.link_class for ln in topo.links} == {"lan", "bluetooth", "remote"}
-    out = run_sim_sync(config_from_topology(topo, seed=1, pairs=100, kill_root=True, variant=VariantSpec(variant)))
+    out = run_sim_sync(config_from_topology(topo, seed=1, pairs=100, kill_root=True, variant=VariantSpec(variant),
+                                            ping_mode=mode))  # fmt: skip
     _assert_delivered(out)
+    assert out["ping_mode"] == mode
 
 
 @pytest.mark.slow
