@@ -411,16 +411,7 @@ class DockerBackend:
             hosts = plan_host_launches(topology, plan, run_id=run_id, seed=seed, events_dir=events_dir, admin=admin)
             if on_plan is not None:
                 on_plan(plan, launches, hosts)
-            total_nets = len(plan.networks())
-            done_nets = 0
-
-            def net_done(_: object) -> None:
-                nonlocal done_nets
-                done_nets += 1
-                progress("networks", done_nets, total_nets)
-
-            progress("networks", 0, total_nets)
-            net_ids = create_networks(self.client, plan, progress=net_done)
+            net_ids = create_networks(self.client, plan, progress=progress)
         t_nets = time.monotonic()
         shapes = {ln.index: _link_shape(topology, ln.index, ln.link_class) for ln in plan.links}
         containers: dict[str, str] = {}

@@ -295,8 +295,11 @@ def network_lock(path: Path) -> Iterator[None]:
 
 
 def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
-                    progress: Callable[[Subnet], None] | None = None, driver: str = "bridge") -> dict[str, str]:
+                    progress: Callable[[str, int, int], None] | None = None,
+                    driver: str = "bridge") -> dict[str, str]:  # fmt: skip
     """Create every network of ``plan`` (labelled with the run id); return name -> network id.
+
+    ``progress("networks", done, total)`` is called before the first and after each network.
 
     Links and the LAN segment are ``internal``; the control network is not, so the host
     reaches the admin APIs. ``driver="overlay"`` (the swarm backend) makes them attachable
@@ -307,7 +310,10 @@ def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
 
     ids: dict[str, str] = {}
     links = {ln.net.name: ln for ln in plan.links}
-    for net in plan.networks():
+    nets = plan.networks()
+    if progress is not None:
+        progress("networks", 0, len(nets))
+    for net in nets:
         labels = {LABEL_RUN: plan.run_id, LABEL_ROLE: net.role}
         if (ln := links.get(net.name)) is not None:
             labels.update({LABEL_LINK: str(ln.index), "snekbed.a": ln.a, "snekbed.b": ln.b,
@@ -322,7 +328,7 @@ def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
                                      f"{exc.explanation or exc}") from exc
         ids[net.name] = created["Id"]
         if progress is not None:
-            progress(net)
+            progress("networks", len(ids), len(nets))
     return ids
 
 

@@ -154,16 +154,7 @@ class SwarmBackend(DockerBackend):
                                      by_name=True)
             if on_plan is not None:
                 on_plan(plan, launches, {})
-            total = len(plan.networks())
-            done = 0
-
-            def net_done(_: object) -> None:
-                nonlocal done
-                done += 1
-                progress("networks", done, total)
-
-            progress("networks", 0, total)
-            net_ids = create_networks(self.client, plan, progress=net_done, driver="overlay")
+            net_ids = create_networks(self.client, plan, progress=progress, driver="overlay")
         t_nets = time.monotonic()
         services: dict[str, str] = {}
         progress("services", 0, len(launches))
