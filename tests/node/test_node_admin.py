@@ -100,7 +100,9 @@ def test_userspace_shaping_delays_both_directions(cluster: Cluster) -> None:
 
 
 def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:
-    a = cluster.start("sa", "--inbound", "tcp://127.0.0.1?class=remote&delay_ms=20&loss_pct=30")
+    # only b's side is lossy: a's one tree announcement (re-sent every 30 min) must reach b, or b has no route to a
+    # (§6.3 steps 4-5 consider only peers that announced) and its traffic never reaches the shaper
+    a = cluster.start("sa", "--inbound", "tcp://127.0.0.1?class=remote&delay_ms=20&loss_pct=0")
     b = cluster.start("sb", "--peer", a.uri("remote", delay_ms=20, loss_pct=30))
     wait_until(lambda: len(b.state()["peers"]) == 1, 10, what="peering")
 
@@ -115,8 +117,7 @@ def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:
     seen: list[object] = []
 
     def enough() -> dict | None:
-        # 100 traffic frames straight to the peer (no tree needed, unlike a ping, whose route a lost announcement
-        # can hold up): each one b writes is delayed 20 ms, about 30 of them are lost
+        # 100 traffic frames straight to the peer: each one b writes is delayed 20 ms, about 30 of them are lost
         load = b.post("/traffic", {"key": a.key.hex(), "count": 100, "payload_bytes": 100, "inflight": 8,
                                    "timeout_s": 5})
         got = shaper_samples(b)
