@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +126,24 @@ def _reconcile(spark: SparkSession, out: Path, counts: DataFrame, tables: dict[s
             .orderBy("run_id", "source", "file").collect()]
 
 
+def _job_threads(spark: SparkSession) -> int:
+    """How many of the analysis's independent jobs run at once: Spark's default parallelism (the cores of
+    a local master), at least 2 and at most 4. Most of a small job's time is the driver's (planning, code
+    generation, scheduling, committing its output), so two jobs at a time keep two cores busy; a big
+    job's tasks still spread over all the cores."""
+    return max(2, min(4, spark.sparkContext.defaultParallelism))
+
+
+def _concurrently(workers: int, *tasks: Callable[[], None]) -> None:
+    """Run ``tasks`` on ``workers`` threads, each submitting its own Spark jobs; wait for all of them,
+    then raise the first failure, if any. No task reads a table another one writes, so the tables are
+    those of running the tasks one after another."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-analyze") as pool:
+        futures = [pool.submit(task) for task in tasks]
+    for future in futures:
+        future.result()
+
+
 def _small(df: DataFrame, out: Path, name: str, tables: dict[str, str]) -> None:
     tables[name] = io.write_table(df.coalesce(1), out, name, partition_by=())
 
@@ -196,41 +215,49 @@ def analyze(
     stage_s["reconcile"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    say("analyze", "episodes and convergence")
+    say("analyze", "episodes and convergence, delivery and stretch, control overhead and churn (side by side)")
     events = io.read_table(spark, out, "events", schemas.EVENTS_SCHEMA)
     actions = io.read_table(spark, out, "actions", schemas.ACTIONS_SCHEMA)
     pings = io.read_table(spark, out, "pings", schemas.PINGS_SCHEMA)
     runs_df = io.read_table(spark, out, "runs", schemas.RUNS_SCHEMA)
     links = io.read_table(spark, out, "links", schemas.LINKS_SCHEMA)
     bounds = spark.createDataFrame(episodes.run_bounds(events).collect(), "run_id string, start_s double, end_s double")
-    eps = episodes.episodes(runs_df, links, actions, bounds)
-    _small(eps, out, "episodes", tables)
-    eps = io.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
-    _small(convergence.convergence(events, eps, bounds), out, "convergence", tables)
 
-    say("analyze", "delivery and stretch")
-    _small(delivery.enrich_pings(pings, actions, bounds), out, "pings_enriched", tables)
-    enriched = io.read_table(spark, out, "pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
-    _small(delivery.delivery_summary(enriched), out, "delivery", tables)
-    _small(delivery.delivery_by_episode(enriched), out, "delivery_by_episode", tables)
-    _small(delivery.delivery_timeline(enriched, timeline_bin_s), out, "delivery_timeline", tables)
+    def convergence_chain() -> None:
+        _small(episodes.episodes(runs_df, links, actions, bounds), out, "episodes", tables)
+        eps = io.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
+        _small(convergence.convergence(events, eps, bounds), out, "convergence", tables)
 
-    say("analyze", "control overhead and churn")
-    _small(overhead.overhead_by_node(events), out, "overhead_by_node", tables)
-    by_node = io.read_table(spark, out, "overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
-    _small(overhead.overhead_by_class(by_node), out, "overhead_by_class", tables)
-    _small(churn.churn_timeline(events, bounds, churn_bin_s), out, "churn_timeline", tables)
-    _small(churn.churn_by_node(events), out, "churn_by_node", tables)
+    def delivery_chain() -> None:
+        _small(delivery.enrich_pings(pings, actions, bounds), out, "pings_enriched", tables)
+        enriched = io.read_table(spark, out, "pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
+        _small(delivery.delivery_summary(enriched), out, "delivery", tables)
+        _small(delivery.delivery_by_episode(enriched), out, "delivery_by_episode", tables)
+        _small(delivery.delivery_timeline(enriched, timeline_bin_s), out, "delivery_timeline", tables)
+
+    def overhead_chain() -> None:
+        _small(overhead.overhead_by_node(events), out, "overhead_by_node", tables)
+        by_node = io.read_table(spark, out, "overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
+        _small(overhead.overhead_by_class(by_node), out, "overhead_by_class", tables)
+
+    def churn_chain() -> None:
+        _small(churn.churn_timeline(events, bounds, churn_bin_s), out, "churn_timeline", tables)
+        _small(churn.churn_by_node(events), out, "churn_by_node", tables)
+
+    workers = _job_threads(spark)
+    _concurrently(workers, convergence_chain, delivery_chain, overhead_chain, churn_chain)
 
     say("analyze", "comparison across runs")
+    enriched = io.read_table(spark, out, "pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
+    by_node = io.read_table(spark, out, "overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
     summary = compare.run_summary(
         runs_df, io.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA), enriched,
         overhead.control_per_run(by_node), io.read_table(spark, out, "churn_by_node", schemas.CHURN_NODE_SCHEMA),
     )
     _small(summary, out, "run_summary", tables)
     summary = io.read_table(spark, out, "run_summary", schemas.RUN_SUMMARY_SCHEMA)
-    for by in compare.GROUPINGS:
-        _small(compare.compare(summary, [by]), out, f"compare_{by}", tables)
+    _concurrently(workers, *[lambda by=by: _small(compare.compare(summary, [by]), out, f"compare_{by}", tables)
+                             for by in compare.GROUPINGS])
     if ab_meta is not None:
         say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
     ab_doc = _ab(spark, out, ab_meta, events, enriched, overhead.control_per_run(by_node), tables)
