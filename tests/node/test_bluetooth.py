@@ -169,6 +169,9 @@ async def test_a_node_listens_and_another_dials_bluetooth_uris_over_the_stand_in
         with trio.fail_after(10):
             while not (pa.node.peers and pb.node.peers):
                 await trio.sleep(0.01)
+            # listed is not yet routable: SNEK routes only via a peer whose tree announcement has arrived
+            while (await pb.node.ping(A.public_key, "snek", 1, 1.0))["received"] < 1:
+                pass
             result = await pb.node.ping(A.public_key, "snek", 2, 5.0)
         assert result["received"] == 2
         [peer_on_a] = pa.node.peers.values()

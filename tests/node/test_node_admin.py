@@ -78,13 +78,14 @@ def test_configured_peer_is_redialled_after_a_restart(cluster: Cluster) -> None:
     wait_until(lambda: len(b.state()["peers"]) == 1, 10, what="first peering")
     assert a.terminate() == 0
     wait_until(lambda: b.state()["peers"] == [], 5, what="b notices")
-    # b keeps redialling the closed port meanwhile, until its backoff reaches the 2 s cap (0.5, 1, 2 s)
-    wait_until(lambda: metric(b.metrics_text(), "snek_dial_failures_total") >= 3, 10, what="three failed redials")
+    # b keeps redialling the closed port meanwhile, its backoff capped at 2 s (0.5, 1, 2, 2, 2 s): after five
+    # failures an uncapped backoff would wait 8-16 s for the next dial, the capped one at most 2.4 s
+    wait_until(lambda: metric(b.metrics_text(), "snek_dial_failures_total") >= 5, 20, what="five failed redials")
     a.start()
     t0 = time.monotonic()
-    wait_until(lambda: len(b.state()["peers"]) == 1, 6, what="redial after the restart")
-    assert time.monotonic() - t0 < 4.5  # one capped backoff (2 s +20 %) plus connect and handshake
-    assert b.ping(a.key, "snek", timeout_s=2)["received"] == 1
+    wait_until(lambda: len(b.state()["peers"]) == 1, 15, what="redial after the restart")
+    assert time.monotonic() - t0 < 8.0  # one capped backoff (2 s +20 %) plus a's start, connect and handshake
+    wait_until(lambda: b.ping(a.key, "snek", timeout_s=2)["received"] == 1, 10, what="a ping over the new peering")
 
 
 def test_userspace_shaping_delays_both_directions(cluster: Cluster) -> None:
@@ -96,7 +97,7 @@ def test_userspace_shaping_delays_both_directions(cluster: Cluster) -> None:
     res = b.ping(a.key, "snek", count=5, timeout_s=3)
     assert res["received"] == 5
     assert min(res["rtt_ms"]) >= 80.0, res  # 40 ms each way, added by each side's writer
-    assert max(res["rtt_ms"]) < 400.0, res
+    assert sorted(res["rtt_ms"])[2] < 400.0, res  # the median: a delay applied twice, not one stalled ping
 
 
 def test_userspace_shaper_counters_reach_the_metrics(cluster: Cluster) -> None:

@@ -178,7 +178,8 @@ def test_kill_root_reconverges_within_timer_bound(cluster: Cluster) -> None:
     assert all(n.state()["root"]["key"] == new_root.key.hex() for n in survivors)
     print(f"re-converged {took:.1f} s after kill -9 (bound {bound_s:.1f} s)")
     a, b = survivors[0], survivors[-1]
-    assert a.ping(b.key, "snek", count=1)["received"] == 1
+    # a SNEK entry of the dead root can misroute a frame until it expires (docs/chaos.md): within its lifetime
+    wait_until(lambda: a.ping(b.key, "snek", count=1)["received"] == 1, 16, what="a ping across the new tree")
 
 
 def test_sigterm_stops_cleanly(cluster: Cluster) -> None:

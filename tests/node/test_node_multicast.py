@@ -92,6 +92,8 @@ def test_two_nodes_discover_each_other(cluster: Cluster) -> None:
         peers = n.state()["peers"]
         assert {p["key"] for p in peers} == {other.key.hex()}
         assert {p["class"] for p in peers} == {"multicast"}
+    # listed is not yet routable: SNEK routes only via a peer whose tree announcement has arrived
+    wait_until(lambda: a.ping(b.key, "snek", timeout_s=2)["received"] == 1, 10, what="a ping once b announced")
     assert a.ping(b.key, "snek", count=2)["received"] == 2
     up = [e for e in a.events() if e["event"] == "peer_up"]
     assert up and up[0]["link_class"] == "multicast"
