@@ -22,10 +22,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 LINE5 = REPO / "compose" / "topologies" / "line-5.yaml"
 
 
-def _cli(*args: str, timeout: float = 600) -> dict:
+def _cli(*args: str, timeout: float = 600, codes: tuple[int, ...] = (0,)) -> dict:
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--json"], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout)  # fmt: skip
-    assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    assert done.returncode in codes, (args, done.stdout[-2000:], done.stderr[-2000:])
     return json.loads(done.stdout)
 
 
@@ -52,14 +52,16 @@ def test_capture_of_a_docker_run_through_a_root_kill_decodes_alike(client: objec
         watcher = _neighbour(root)
         pcap = tmp_path / "run.pcapng"
         cap = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "capture", watcher, "--run-id", run_id,
-                                "--runs-dir", str(runs), "--duration-s", "30", "-o", str(pcap), "--json"],
+                                "--runs-dir", str(runs), "--duration-s", "45", "-o", str(pcap), "--json"],
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         time.sleep(3)
-        killed = _cli("kill-root", "--run-id", run_id, "--runs-dir", str(runs))
+        # exit 1 is a ping lost right after re-convergence (an old root's SNEK entry, docs/chaos.md): the capture
+        # is what is checked here, and the pings below are traffic for it, answered or not
+        killed = _cli("kill-root", "--run-id", run_id, "--runs-dir", str(runs), codes=(0, 1))
         assert killed["killed"] == root and killed["converged"], killed
         for a, b in (("n01", "n05"), ("n05", "n01"), (watcher, "n03")):
             if root not in (a, b) and a != b:
-                _cli("ping", a, b, "--run-id", run_id, "--runs-dir", str(runs), "--count", "2")
+                _cli("ping", a, b, "--run-id", run_id, "--runs-dir", str(runs), "--count", "2", codes=(0, 1))
         cid = client.api.containers(all=True, filters={"label": [f"snekbed.run={run_id}",  # type: ignore[attr-defined]
                                                                  f"snekbed.node={root}"]})[0]["Id"]
         client.api.start(cid)  # type: ignore[attr-defined]  # the old root comes back: new connections, from SYN

@@ -236,7 +236,8 @@ def test_second_build_is_cached(docker_client: object, node_image: img.ImageInfo
     elapsed_s = time.monotonic() - start
     assert not again.rebuilt
     assert (again.id, again.tag, again.inputs_hash) == (node_image.id, node_image.tag, node_image.inputs_hash)
-    assert elapsed_s < 10, f"an up-to-date build took {elapsed_s:.1f} s"
+    # not rebuilt is the check; this only catches a silent full build (minutes), with room for a loaded host
+    assert elapsed_s < 60, f"an up-to-date build took {elapsed_s:.1f} s"
 
 
 @pytest.mark.docker
@@ -305,7 +306,7 @@ def test_registry_check_is_quick_and_restores_the_timeout(docker_client: object)
     start = time.monotonic()
     reachable = img.registry_reachable(docker_client, timeout_s=2.0)
     assert isinstance(reachable, bool)
-    assert time.monotonic() - start < 3.5
+    assert time.monotonic() - start < 12  # the 2 s timeout held (an unbounded wait takes a minute or more)
     assert docker_client.api.timeout == saved
 
 

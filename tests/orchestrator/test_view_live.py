@@ -80,7 +80,11 @@ def test_live_view_of_a_docker_run_moves_the_root_mark_after_kill_root(client: o
                 assert "GET /routes" in text and "snek_received_frames_total" in text
                 screenshot(page, "view-live-docker-mesh-12-after-root-kill.png")
                 out, err = kill.communicate(timeout=300)
-                assert kill.returncode == 0, out[-2000:] + err[-2000:]
+                # exit 1 only for a ping lost right after re-convergence (a SNEK entry of the old root, until it
+                # expires: docs/chaos.md); the kill itself and the convergence must have worked
+                doc = json.loads(out)
+                lost = any(c["received"] < c["sent"] for c in doc["pings"].values())
+                assert doc["converged"] and kill.returncode == (1 if lost else 0), out[-2000:] + err[-2000:]
             finally:
                 if kill.poll() is None:
                     kill.kill()
