@@ -82,13 +82,16 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: d
     paths = io.write_split(ingest.triage_events(ev_read.lines), out, ingest.TRIAGE,
                            {"accepted": "events", "suspect": "ingest_suspects"})
     tables["events"] = paths["events"]
-    suspects = io.read_table(spark, out, "ingest_suspects", schemas.LINES_SCHEMA)
     # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation
     # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
-    checked = ingest.validate_events(suspects).cache()
-    cached = [checked]
-    io.write_table(ingest.accepted(checked, schemas.EVENTS_SCHEMA), out, "events", append=True)
-    quarantine = [ingest.quarantined(checked, "events")]
+    cached: list[DataFrame] = []
+    quarantine: list[DataFrame] = []
+    if not io.table_is_empty(out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to plan and run
+        suspects = io.read_table(spark, out, "ingest_suspects", schemas.LINES_SCHEMA)
+        checked = ingest.validate_events(suspects).cache()
+        cached.append(checked)
+        io.write_table(ingest.accepted(checked, schemas.EVENTS_SCHEMA), out, "events", append=True)
+        quarantine.append(ingest.quarantined(checked, "events"))
     counts = [ev_read.counts]
     for source, files, validate, schema in (
         ("actions", {r.actions_file: r.run_id for r in runs}, ingest.validate_actions, schemas.ACTIONS_SCHEMA),

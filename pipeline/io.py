@@ -55,6 +55,7 @@ __all__ = [
     "write_table",
     "write_split",
     "drop_table",
+    "table_is_empty",
     "read_table",
     "write_files",
     "table_path",
@@ -522,6 +523,12 @@ def drop_table(out: str | Path, name: str) -> None:
     shutil.rmtree(table_path(out, name), ignore_errors=True)
 
 
+def table_is_empty(out: str | Path, name: str) -> bool:
+    """Whether table ``name`` under ``out`` has no data file (a table ``write_split`` wrote no row to, or none)."""
+    path = Path(table_path(out, name))
+    return not any(p.suffix == ".parquet" for p in path.rglob("*.parquet")) if path.exists() else True
+
+
 def read_table(spark: SparkSession, out: str | Path, name: str, schema: StructType) -> DataFrame:
     """Read table ``name`` written by ``write_table``/``write_split``, with columns in ``schema`` order.
 
@@ -530,7 +537,7 @@ def read_table(spark: SparkSession, out: str | Path, name: str, schema: StructTy
     path = Path(table_path(out, name))
     if not path.exists():
         raise RunDatasetError(str(path), f"table {name!r} has not been written")
-    if not any(p.suffix == ".parquet" for p in path.rglob("*.parquet")):
+    if table_is_empty(out, name):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(str(path)).select(*schema.fieldNames())
 
