@@ -53,6 +53,9 @@ class SimConfig:
     ping_mode: str = "snek"
     kill_root: bool = False
     link_delay_ms: float = 1.0
+    #: each node boots a random time in [0, boot_spread_s) before the links come up (InprocNetwork): 0 puts every
+    #: router's timers in lockstep, which big graphs do not survive (docs/performance.md, "A 10 000-node graph")
+    boot_spread_s: float = 0.0
     max_time_s: float = 600.0
     wire_bytes: bool = False
     record: Path | None = None
@@ -88,6 +91,7 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
         "seed": cfg.seed,
         "clock": cfg.clock,
         "link_delay_ms": cfg.link_delay_ms,
+        "boot_spread_s": cfg.boot_spread_s,
         "nodes": {name: sn.key.hex() for name, sn in net.nodes.items()},
         "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in cfg.links],
         "versions": versions(),
@@ -118,6 +122,7 @@ class _Sim:
             shapers=cfg.shapers,
             variant=cfg.variant,
             variants=cfg.variants,
+            boot_spread_s=cfg.boot_spread_s,
         )
         self.tracker = ConvergenceTracker()
         self.rng = random.Random(f"pairs-{cfg.seed}")
@@ -301,6 +306,7 @@ class _Sim:
             "handshake_failures": sum(sum(c.values()) for c in self.net.handshake_failures.values()),
             "clock": cfg.clock,
             "link_delay_ms": cfg.link_delay_ms,
+            "boot_spread_s": cfg.boot_spread_s,
             "tree_converged_s": _r(tree_s),
             "snake_converged_s": _r(snake_s),
             "pings": {"sent": pings["sent"], "delivered": pings["delivered"]},

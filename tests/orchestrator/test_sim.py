@@ -98,6 +98,15 @@ def test_cli_json_contract(tmp_path) -> None:
     assert {"killed", "tree_reconverged_s", "snake_reconverged_s", "pings"} <= set(out["root_kill"])
     assert len(out["root_kill"]["killed"]) == 64
     assert out["nodes"] == 26
+    assert out["boot_spread_s"] == 1.0  # the CLI's default: routers' timers out of lockstep
+
+
+def test_cli_boot_spread_zero_boots_every_node_at_once() -> None:
+    args = ["sim", str(_topology("sim")), "--json", "--seed", "2", "--pairs", "10"]
+    runs = {s: json.loads(CliRunner().invoke(main, [*args, "--boot-spread", s]).stdout) for s in ("0", "1")}
+    assert runs["0"]["boot_spread_s"] == 0.0 and runs["0"] == {**run_sim_sync(
+        config_from_topology(load_topology(_topology("sim")), seed=2, pairs=10)), "wall_s": runs["0"]["wall_s"]}
+    assert runs["0"]["snake_converged_s"] != runs["1"]["snake_converged_s"]
 
 
 def test_cli_table_without_json() -> None:
