@@ -35,13 +35,13 @@ def main() -> None:
     ap.add_argument("--knob", action="append", default=[], help="name=value (variant knobs)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--run-to", type=float, default=None, help="keep running to this protocol time after convergence")
-    ap.add_argument("--phase-jitter", action="store_true", help="give each node's 1 s maintenance tick a random phase")
+    ap.add_argument("--boot-spread", type=float, default=0.0, help="InprocNetwork boot_spread_s (snekbed sim --boot-spread)")
     a = ap.parse_args()
     topo = load_topology(a.graph)
     kw = {}
     if a.knob:
         kw["variant"] = VariantSpec.of("snek", a.knob)
-    cfg = config_from_topology(topo, seed=a.seed, max_time_s=a.max_time, pairs=0, **kw)
+    cfg = config_from_topology(topo, seed=a.seed, max_time_s=a.max_time, pairs=0, boot_spread_s=a.boot_spread, **kw)
     sim = _Sim(cfg, None)
     net = sim.net
     B = a.bucket
@@ -69,15 +69,6 @@ def main() -> None:
         v = check_convergence(sim.live_graph(), sim.views())
         wrong[int(now // B)] = (len(v.wrong_root), len(v.wrong_descending))
         net.call_at(now + B, sample)
-
-    if a.phase_jitter:
-        import random
-        rng = random.Random(f"phase-{a.seed}")
-        for sn in net.nodes.values():
-            r = sn.router
-            u = rng.random()
-            r.next_maintain += u
-            r._recompute_deadline()
 
     async def go():
         net.start()
