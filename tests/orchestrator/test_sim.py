@@ -159,3 +159,20 @@ def test_no_ping_is_lost_once_the_observer_says_converged() -> None:
     assert out["pings"] == {"sent": 50, "delivered": 50}
     assert out["root_kill"]["pings"] == {"sent": 50, "delivered": 50}
     assert out["snake_converged_s"] == pytest.approx(21.0107, abs=1e-3)  # not 20.01: an entry expired then
+
+
+@pytest.mark.parametrize("sizes", [(2,), (5, 3), (1, 4, 2, 30)])
+def test_ordered_pairs_is_the_list_random_sample_drew_from(sizes) -> None:
+    """The ping pairs are drawn from a lazy sequence (a 10 000-node component would make 10^8 tuples); it must
+    be the list the sampling used before, item for item, so that every seed still samples the same pairs."""
+    import random
+
+    from orchestrator.sim import OrderedPairs
+
+    names = iter(f"n{i:03d}" for i in range(100))
+    comps = [[next(names) for _ in range(k)] for k in sizes]
+    listed = [(a, b) for c in comps if len(c) > 1 for a in c for b in c if a != b]
+    lazy = OrderedPairs(comps)
+    assert len(lazy) == len(listed) and list(lazy) == listed and lazy[-1] == listed[-1]
+    for k in (1, min(7, len(listed)), len(listed)):
+        assert random.Random(5).sample(lazy, k) == random.Random(5).sample(listed, k)
