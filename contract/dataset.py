@@ -204,6 +204,7 @@ META_FIELDS: dict[str, str] = {
     "seed": "int|null: seed of the run",
     "clock": "str: 'virtual' (in-process autojump clock) or 'real'",
     "link_delay_ms": "float|null: default one-way link delay",
+    "boot_spread_s": "float|null: in-process runs: nodes booted a random time up to this long before the links came up",
     "nodes": "object: node name -> public key hex",
     "links": "array of {a, b, class, shaping_backend}",
     "versions": "object: component -> version string",
@@ -389,6 +390,7 @@ class RunMeta(BaseModel):
     seed: int | None = None
     clock: Literal["virtual", "real"]
     link_delay_ms: float | None = None
+    boot_spread_s: float | None = None
     nodes: dict[str, str]
     links: list[MetaLink]
     versions: dict[str, str] = PField(default_factory=dict)

@@ -9,7 +9,9 @@ again. The result is the JSON document of the CLI contract.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
+from collections.abc import Sequence
 import random
 import time
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from .view.app import LiveHub, build_live_app
 from .view.frames import GraphInfo
 from .view.live import InprocLive
 
-__all__ = ["SimConfig", "run_sim", "run_sim_sync"]
+__all__ = ["OrderedPairs", "SimConfig", "run_sim", "run_sim_sync"]
 
 OBSERVE_EVERY_S = 0.1
 PING_WAIT_S = 6.0  # the reference's 5 s ping timeout, plus slack
@@ -53,6 +55,9 @@ class SimConfig:
     ping_mode: str = "snek"
     kill_root: bool = False
     link_delay_ms: float = 1.0
+    #: each node boots a random time in [0, boot_spread_s) before the links come up (InprocNetwork): 0 puts every
+    #: router's timers in lockstep, which big graphs do not survive (docs/performance.md, "A 10 000-node graph")
+    boot_spread_s: float = 0.0
     max_time_s: float = 600.0
     wire_bytes: bool = False
     record: Path | None = None
@@ -69,6 +74,36 @@ class SimConfig:
     view: HostPort | None = None  # serve the live `snekbed view` page here (real clock only)
     on_view: Callable[[str], None] | None = None  # told the page's URL once it is bound
     pcap: Path | None = None  # write every frame on every link here (orchestrator/capture/inproc.py)
+
+
+class OrderedPairs(Sequence):
+    """``[(a, b) for c in comps for a in c for b in c if a != b]`` without building it: ``random.sample`` draws
+    the same pairs from it as from that list (it only asks for the length and items by index), and a
+    10 000-node component would make that list 10^8 tuples (about 7 GB)."""
+
+    def __init__(self, comps: list[list[str]]) -> None:
+        self._comps = [c for c in comps if len(c) > 1]
+        self._starts: list[int] = []
+        n = 0
+        for c in self._comps:
+            self._starts.append(n)
+            n += len(c) * (len(c) - 1)
+        self._len = n
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        k = bisect_right(self._starts, i) - 1
+        c = self._comps[k]
+        a, j = divmod(i - self._starts[k], len(c) - 1)
+        return c[a], c[j if j < a else j + 1]
 
 
 def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
@@ -88,6 +123,7 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
         "seed": cfg.seed,
         "clock": cfg.clock,
         "link_delay_ms": cfg.link_delay_ms,
+        "boot_spread_s": cfg.boot_spread_s,
         "nodes": {name: sn.key.hex() for name, sn in net.nodes.items()},
         "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in cfg.links],
         "versions": versions(),
@@ -118,6 +154,7 @@ class _Sim:
             shapers=cfg.shapers,
             variant=cfg.variant,
             variants=cfg.variants,
+            boot_spread_s=cfg.boot_spread_s,
         )
         self.tracker = ConvergenceTracker()
         self.rng = random.Random(f"pairs-{cfg.seed}")
@@ -198,7 +235,7 @@ class _Sim:
     async def ping_pairs(self, phase: str) -> dict[str, Any]:
         g = self.live_graph()
         comps = [sorted(c) for c in nx.connected_components(g) if len(c) > 1]
-        candidates = [(a, b) for c in comps for a in c for b in c if a != b]
+        candidates = OrderedPairs(comps)
         n = min(self.cfg.pairs, len(candidates))
         pairs = self.rng.sample(candidates, n) if n else []
         now = self.net.now
@@ -301,6 +338,7 @@ class _Sim:
             "handshake_failures": sum(sum(c.values()) for c in self.net.handshake_failures.values()),
             "clock": cfg.clock,
             "link_delay_ms": cfg.link_delay_ms,
+            "boot_spread_s": cfg.boot_spread_s,
             "tree_converged_s": _r(tree_s),
             "snake_converged_s": _r(snake_s),
             "pings": {"sent": pings["sent"], "delivered": pings["delivered"]},

@@ -104,6 +104,11 @@ def refused_sentence(refused: list[dict]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--link-delay-ms", type=float, default=1.0, show_default=True,
               help="Mean per-frame delay of each in-memory link (uniform in [0.5, 1.5] x mean).")
+@click.option("--boot-spread", "boot_spread_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Boot each node a random time (from the seed) up to this many seconds before the links come up, "
+                   "so the routers' periodic timers are not in lockstep; 0 boots all in the same instant (every "
+                   "bootstrap of the network then leaves at once, and graphs of a few thousand nodes stop "
+                   "converging).")
 @click.option("--max-time", "max_time_s", type=float, default=600.0, show_default=True,
               help="Give up on convergence after this much protocol time (s).")
 @click.option("--record", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -126,7 +131,7 @@ def refused_sentence(refused: list[dict]) -> str:
 @click.option("--hold-s", type=float, default=0.0, show_default=True,
               help="After the run, keep the network, the --metrics endpoint and the --view page up this many seconds.")
 def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_root: bool, as_json: bool, link_delay_ms: float,
-        max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
+        boot_spread_s: float, max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
         knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, view_at: str | None,
         hold_s: float) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
@@ -149,7 +154,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
         raise click.ClickException(str(exc)) from exc
     cfg = config_from_topology(
         topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root, link_delay_ms=link_delay_ms,
-        max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
+        boot_spread_s=boot_spread_s, max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
     )
     cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)

@@ -94,10 +94,17 @@ class InprocNetwork:
         start: float = 0.0,
         variant: VariantSpec | None = None,
         variants: dict[str, VariantSpec] | None = None,
+        boot_spread_s: float = 0.0,
     ) -> None:
         """``variant`` is every node's protocol variant and knobs (default: plain ``snek``), ``variants``
         overrides it per node name. Nodes whose variants cannot peer (different handshake capabilities,
-        §7.4) are never linked: :meth:`connect` refuses them as a real handshake would."""
+        §7.4) are never linked: :meth:`connect` refuses them as a real handshake would.
+
+        ``boot_spread_s``: each node boots a random time in ``[0, boot_spread_s)`` before ``start`` (drawn
+        from the seed), so the routers' periodic timers (the 1 s SNEK maintenance that sends bootstraps,
+        the 60 s broadcast) are not in lockstep. With 0 every router boots at ``start`` and every node's
+        bootstraps leave in the same instant; on large graphs those synchronised rounds race each other's
+        route refreshes and keep dropping bootstraps (docs/performance.md, "A 10 000-node graph")."""
         self.seed = seed
         self.variant = variant or VariantSpec()
         self.variants = dict(variants or {})
@@ -123,9 +130,14 @@ class InprocNetwork:
         self._clock_offset: float | None = None
         self.topology_version = 0  # bumped whenever a link or node comes or goes
         key_seeds = key_seeds or {}
+        if boot_spread_s < 0:
+            raise ValueError(f"boot_spread_s must be >= 0, not {boot_spread_s}")
+        self.boot_spread_s = boot_spread_s
+        boot_rng = random.Random(f"boot-{seed}")  # its own stream: the links' delays do not move with it
         for name in nodes:
             ident = Identity(key_seeds.get(name) or derive_seed(seed, name))
-            self.nodes[name] = self.make_node(name, ident, start)
+            booted = start - boot_rng.random() * boot_spread_s if boot_spread_s else start
+            self.nodes[name] = self.make_node(name, ident, booted)
         self._pending_links = list(links)
         #: Topology links :meth:`start` could not make, with why (``ports_full``: a router has 253 ports).
         self.links_refused: list[dict[str, Any]] = []

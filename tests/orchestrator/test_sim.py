@@ -98,6 +98,15 @@ def test_cli_json_contract(tmp_path) -> None:
     assert {"killed", "tree_reconverged_s", "snake_reconverged_s", "pings"} <= set(out["root_kill"])
     assert len(out["root_kill"]["killed"]) == 64
     assert out["nodes"] == 26
+    assert out["boot_spread_s"] == 1.0  # the CLI's default: routers' timers out of lockstep
+
+
+def test_cli_boot_spread_zero_boots_every_node_at_once() -> None:
+    args = ["sim", str(_topology("sim")), "--json", "--seed", "2", "--pairs", "10"]
+    runs = {s: json.loads(CliRunner().invoke(main, [*args, "--boot-spread", s]).stdout) for s in ("0", "1")}
+    assert runs["0"]["boot_spread_s"] == 0.0 and runs["0"] == {**run_sim_sync(
+        config_from_topology(load_topology(_topology("sim")), seed=2, pairs=10)), "wall_s": runs["0"]["wall_s"]}
+    assert runs["0"]["snake_converged_s"] != runs["1"]["snake_converged_s"]
 
 
 def test_cli_table_without_json() -> None:
@@ -150,3 +159,20 @@ def test_no_ping_is_lost_once_the_observer_says_converged() -> None:
     assert out["pings"] == {"sent": 50, "delivered": 50}
     assert out["root_kill"]["pings"] == {"sent": 50, "delivered": 50}
     assert out["snake_converged_s"] == pytest.approx(21.0107, abs=1e-3)  # not 20.01: an entry expired then
+
+
+@pytest.mark.parametrize("sizes", [(2,), (5, 3), (1, 4, 2, 30)])
+def test_ordered_pairs_is_the_list_random_sample_drew_from(sizes) -> None:
+    """The ping pairs are drawn from a lazy sequence (a 10 000-node component would make 10^8 tuples); it must
+    be the list the sampling used before, item for item, so that every seed still samples the same pairs."""
+    import random
+
+    from orchestrator.sim import OrderedPairs
+
+    names = iter(f"n{i:03d}" for i in range(100))
+    comps = [[next(names) for _ in range(k)] for k in sizes]
+    listed = [(a, b) for c in comps if len(c) > 1 for a in c for b in c if a != b]
+    lazy = OrderedPairs(comps)
+    assert len(lazy) == len(listed) and list(lazy) == listed and lazy[-1] == listed[-1]
+    for k in (1, min(7, len(listed)), len(listed)):
+        assert random.Random(5).sample(lazy, k) == random.Random(5).sample(listed, k)
