@@ -125,8 +125,8 @@ class SparkWarmup:
         tmp = Path(tempfile.mkdtemp(prefix="snekbed-warmup-"))
         try:
             run = tmp / "run"
-            subprocess.run([sys.executable, "-m", "orchestrator.cli", "sim", str(MESH), "--kill-root", "--seed", "0",
-                            "--run-id", "warmup", "--record", str(run), "--json"],
+            subprocess.run(["nice", "-n", str(WARMUP_NICE), sys.executable, "-m", "orchestrator.cli", "sim", str(MESH),
+                            "--kill-root", "--seed", "0", "--run-id", "warmup", "--record", str(run), "--json"],
                            check=True, capture_output=True, timeout=120)  # fmt: skip
 
             def stop_here(stage: str, detail: str) -> None:

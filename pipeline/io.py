@@ -75,8 +75,10 @@ JIT_FLAGS = "-XX:-DontCompileHugeMethods"
 SMALL_INPUT_BYTES = 16 << 20
 #: JVM flags for small inputs on a local master: the client compiler only (C2's optimizing compilations
 #: of Spark's own code and of the generated per-row code never pay for themselves on a short run, and
-#: compete with it for the cores) and the serial collector (a small heap, no GC threads).
-SMALL_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: compete with it for the cores) and the serial collector (a small heap, no GC threads). The client-only
+#: mode would shrink the code cache to 48 MB, which two analyses in one JVM (the demo's warm-up, then its run)
+#: fill ("CodeCache is full. Compiler has been disabled"): it keeps the usual 240 MB.
+SMALL_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 #: SQL settings for small inputs on a local master: one shuffle partition, and no adaptive execution
 #: (which would run each shuffle stage as a job of its own and re-plan the query after it).
 SMALL_SQL = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
