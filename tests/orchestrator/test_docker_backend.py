@@ -141,8 +141,15 @@ def test_mesh12_survives_three_root_kills(client: object, image: str, run_id: st
         assert out["killed"] not in killed
         killed.append(out["killed"])
         print("kill-root:", {k: out[k] for k in ("killed", "tree_converged_s", "snake_converged_s", "bound_s")})
-        status = json_out(snekbed("status", "--json", *runs))
-        assert status["snake"] and status["running"] == 12 - len(killed)
+        # SNEK's soft state allows a snake out of order for a moment after convergence (an entry that expires a
+        # little before its refresh arrives: docs/chaos.md, the checker looks again too): ordered within 20 s
+        deadline = time.monotonic() + 20
+        while True:
+            status = json_out(snekbed("status", "--json", *runs))
+            if (status["snake"] and status["running"] == 12 - len(killed)) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert status["snake"] and status["running"] == 12 - len(killed), status
         dead = {row["name"] for row in status["nodes"] if row["container"] != "running"}
         assert dead == set(killed)
     actions = [json.loads(x)["action"] for x in (tmp_path / run_id / "actions.jsonl").read_text().splitlines()]
