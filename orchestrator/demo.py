@@ -111,10 +111,10 @@ class SparkWarmup:
             try:
                 self.warm_up()
                 self.warmup_s = time.monotonic() - t
-            except WarmupCancelled:
-                self.warmup_error = f"stopped after {time.monotonic() - t:.0f} s: the run ended first"
             except Exception as exc:  # best effort: the real analysis runs either way, and says so
-                self.warmup_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                # stopped by session(): at a stage boundary (WarmupCancelled) or a job it cancelled (a py4j error)
+                self.warmup_error = (f"stopped after {time.monotonic() - t:.0f} s: the run ended first"
+                                     if self._stop.is_set() else f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def warm_up(self) -> None:
         """Analyze a small in-process run (mesh-12 with a root kill, recorded by ``snekbed sim`` in a
@@ -204,9 +204,12 @@ def where_time_went(timings: dict[str, float], total_s: float, warm: SparkWarmup
     for name, secs in timings.items():
         lines.append(f"  {name:<46} {secs:6.1f} s  {100 * secs / total_s:3.0f} %")
     if warm is not None and warm.ready_s is not None:
-        lines.append(f"  (in the background while the scenario ran: Spark's JVM took {warm.ready_s:.1f} s to start"
-                     + (f", the analysis warmed up in {warm.warmup_s:.1f} s)" if warm.warmup_s is not None else
-                        f"; the analysis warm-up did not finish: {warm.warmup_error})" if warm.warmup_error else ")"))
+        beside = f"Spark's JVM took {warm.ready_s:.1f} s to start"
+        if warm.warmup_s is not None:
+            beside += f", the analysis warmed up in {warm.warmup_s:.1f} s"
+        elif warm.warmup_error:
+            beside += f"; the analysis warm-up did not finish: {warm.warmup_error}"
+        lines.append(f"  (in the background while the scenario ran: {beside})")
     return "\n".join(lines)
 
 

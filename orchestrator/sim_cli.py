@@ -130,9 +130,9 @@ def refused_sentence(refused: list[dict]) -> str:
               help="Serve the live `snekbed view` page of this run (docs/view.md); needs --clock real.")
 @click.option("--hold-s", type=float, default=0.0, show_default=True,
               help="After the run, keep the network, the --metrics endpoint and the --view page up this many seconds.")
-def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_root: bool, as_json: bool, link_delay_ms: float,
-        boot_spread_s: float, max_time_s: float, record: Path | None, run_id: str | None, wire_bytes: bool, variant_text: str,
-        knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, view_at: str | None,
+def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_root: bool, as_json: bool,
+        link_delay_ms: float, boot_spread_s: float, max_time_s: float, record: Path | None, run_id: str | None,
+        wire_bytes: bool, variant_text: str, knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, view_at: str | None,
         hold_s: float) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
     if metrics_at is not None and clock != "real":
@@ -153,8 +153,9 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from exc
     cfg = config_from_topology(
-        topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root, link_delay_ms=link_delay_ms,
-        boot_spread_s=boot_spread_s, max_time_s=max_time_s, record=record, run_id=run_id, wire_bytes=wire_bytes, variant=variant,
+        topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root,
+        link_delay_ms=link_delay_ms, boot_spread_s=boot_spread_s, max_time_s=max_time_s, record=record, run_id=run_id,
+        wire_bytes=wire_bytes, variant=variant,
     )
     cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)

@@ -527,8 +527,7 @@ def drop_table(out: str | Path, name: str) -> None:
 
 def table_is_empty(out: str | Path, name: str) -> bool:
     """Whether table ``name`` under ``out`` has no data file (a table ``write_split`` wrote no row to, or none)."""
-    path = Path(table_path(out, name))
-    return not any(p.suffix == ".parquet" for p in path.rglob("*.parquet")) if path.exists() else True
+    return next(Path(table_path(out, name)).rglob("*.parquet"), None) is None
 
 
 def read_table(spark: SparkSession, out: str | Path, name: str, schema: StructType) -> DataFrame:
