@@ -85,6 +85,8 @@ def test_link_shape_changes_at_run_time(line: Cluster) -> None:
     r = a.post("/peers/shape", {"peer": b.key.hex(), "class": "remote", "shaping": {"delay_ms": 150}})
     assert r.status_code == 200 and r.json()["ports"], r.text
     slow = a.ping(b.key, "tree", count=3)["rtt_ms"]
-    assert min(slow) >= 150, (base, slow)  # one way delayed 150 ms, a hard floor (the answer comes back unshaped)
+    # one way delayed 150 ms (the answer comes back unshaped); the RTT is stamped by other clock reads than the
+    # shaper's schedule, so it can come out a millisecond under (CI saw 149.05): 10 ms of room, as before
+    assert min(slow) >= 140, (base, slow)
     assert a.post("/peers/shape", {"peer": "ab" * 32}).status_code == 404
     assert a.post("/peers/shape", {"peer": b.key.hex(), "class": "warp"}).status_code == 422
