@@ -548,11 +548,36 @@ class DockerBackend:
 
     # ------------------------------------------------------------ down
 
+    def stop_all(self, run_id: str | None) -> int:
+        """SIGTERM every running container labelled ``snekbed.run=<run_id>`` (every run's when None) at once and
+        wait, at most STOP_TIMEOUT_S in all, until none runs: the nodes flush their event logs and log
+        ``node_stopping``. Whatever still runs after that is left to :meth:`down`'s forced removal. Returns how
+        many containers were still running at the deadline; one that is gone already is skipped."""
+        import docker.errors
+
+        label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
+        running = [c["Id"] for c in self.api.containers(filters={"label": label, "status": "running"})]
+
+        def terminate(cid: str) -> None:
+            with contextlib.suppress(docker.errors.APIError):  # gone already, or not running
+                self.api.kill(cid, signal="SIGTERM")
+
+        if not running:
+            return 0
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="snekbed-stop") as pool:
+            list(pool.map(terminate, running))
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        left = running
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = self.api.containers(filters={"label": label, "status": "running"})
+        return len(left)
+
     def down(self, run_id: str | None) -> DownReport:
         """Remove everything labelled ``snekbed.run=<run_id>`` (every run when None).
 
-        Containers first (SIGTERM to all, force-removed after at most STOP_TIMEOUT_S;
-        concurrently, with retries), then networks one at a
+        Containers first (:meth:`stop_all`: SIGTERM to all, a shared grace period of at most STOP_TIMEOUT_S; then
+        force-removed, concurrently, with retries), then networks one at a
         time, then labelled volumes. Never raises for engine errors: they are in
         ``report.errors``; ``containers_left``/``networks_left`` say what survived.
         """
@@ -560,23 +585,14 @@ class DockerBackend:
 
         label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN
         report = DownReport()
+        self.stop_all(run_id)
         found = self.api.containers(all=True, filters={"label": label})
-
-        def terminate(cid: str) -> None:
-            with contextlib.suppress(docker.errors.APIError):  # gone already, or not running
-                self.api.kill(cid, signal="SIGTERM")
 
         def remove(cid: str) -> bool:
             return _remove_with_retry(lambda: self.api.remove_container(cid, force=True, v=True),
                                       f"container {cid[:12]}", report.errors)
 
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="snekbed-down") as pool:
-            # SIGTERM to all at once (nodes flush their event logs and log node_stopping), a shared grace period,
-            # then force-remove whatever is left: a big run goes down in seconds, not containers x timeout
-            list(pool.map(terminate, [c["Id"] for c in found if c.get("State") == "running"]))
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while time.monotonic() < deadline and self.api.containers(filters={"label": label, "status": "running"}):
-                time.sleep(0.2)
             report.containers_removed = sum(pool.map(remove, [c["Id"] for c in found]))
         names = [n.lstrip("/") for c in found for n in (c.get("Names") or [])]
         report.networks_removed = remove_networks(self.client, label, report.errors, names)

@@ -8,6 +8,9 @@ docstring says how it differs (docs/chaos.md has the table).
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,7 +21,7 @@ from node.core.variants import VariantSpec
 
 from .checker import NodeState, PingOutcome
 
-__all__ = ["ChaosBackend", "Converged", "TrafficSample"]
+__all__ = ["ChaosBackend", "Converged", "DeferredRemoval", "TrafficSample"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,48 @@ class TrafficSample:
     mode: str
     delivered: bool
     rtt_s: float | None = None
+
+
+class DeferredRemoval:
+    """A run's teardown, finished in a thread of its own while the caller goes on (Docker: removing containers and
+    networks takes seconds of the engine's time once the nodes have stopped). ``wait`` joins it and re-raises
+    what it raised. The thread is not a daemon: the process does not exit before the removal has ended."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._started = 0.0
+        #: seconds the removal took (None until it has ended)
+        self.took_s: float | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, remove: Callable[[], None]) -> None:
+        if self._thread is not None:
+            raise RuntimeError("this removal has already been started")
+
+        def run() -> None:
+            try:
+                remove()
+            except BaseException as exc:  # handed to wait(), which re-raises it in the caller's thread
+                self._error = exc
+            finally:
+                self.took_s = time.monotonic() - self._started
+
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=run, name="snekbed-removal")
+        self._thread.start()
+
+    def wait(self) -> float:
+        """Block until the removal has ended (at once when it never started); seconds waited here."""
+        t = time.monotonic()
+        if self._thread is not None:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+        return time.monotonic() - t
 
 
 class ChaosBackend(Protocol):

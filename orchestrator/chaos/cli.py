@@ -31,6 +31,7 @@ from ..topology_loaders import load_topology
 from ..view.app import LiveHub, build_live_app
 from ..view.frames import GraphInfo
 from ..view.live import InprocLive
+from .backend import DeferredRemoval
 from .inproc_backend import InprocChaos
 from .nemesis import random_scenario
 from .runner import run_scenario
@@ -90,7 +91,8 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
 
 def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: Path | None, runs_dir: Path | None,
                     image: str | None, keep: bool, variant: VariantSpec, monitoring: bool = False,
-                    prometheus_image: str | None = None, swarm: bool = False) -> Any:  # fmt: skip
+                    prometheus_image: str | None = None, swarm: bool = False,
+                    removal: DeferredRemoval | None = None) -> Any:  # fmt: skip
     import docker  # the Docker SDK: an optional extra, loaded only for --backend docker|swarm
 
     from ..backends.docker import DockerBackend
@@ -132,7 +134,7 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
                                                                          for ln in topology.links)])
     return DockerChaos(full, run, image=image, seed=seed, backend=backend, keep=keep,
                        prometheus_image=prometheus_image if monitoring else None,
-                       metrics=RunMetrics(run.run_id) if monitoring else None,
+                       metrics=RunMetrics(run.run_id) if monitoring else None, removal=removal,
                        start_stopped=[n for n in declared_nodes if n not in initial],
                        start_unlinked=[(a, b) for a, b, _ in declared_links
                                        if topology is None or not any({ln.a, ln.b} == {a, b} for ln in topology.links)])
@@ -236,8 +238,12 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
             record: Path | None = None, runs_dir: Path | None = None, image: str | None = None, keep: bool = False,
             clock: str = "virtual", progress: Any = None, variant: VariantSpec | None = None,
             ab: dict[str, Any] | None = None, monitoring: bool = False, prometheus_image: str | None = None,
-            metrics_at: HostPort | None = None, view_at: HostPort | None = None) -> dict[str, Any]:  # fmt: skip
+            metrics_at: HostPort | None = None, view_at: HostPort | None = None,
+            removal: DeferredRemoval | None = None) -> dict[str, Any]:  # fmt: skip
     """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``.
+
+    ``removal`` (Docker): the run returns once its nodes have stopped, and the removal of its containers and
+    networks goes on in that object's thread (``removal.wait()`` joins it); without it, the run returns removed.
 
     ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
     ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
@@ -246,7 +252,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     t_prepare = time.monotonic()
     if backend in ("docker", "swarm"):
         chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant, monitoring,
-                                        prometheus_image, swarm=backend == "swarm")  # fmt: skip
+                                        prometheus_image, swarm=backend == "swarm", removal=removal)  # fmt: skip
         clock_obj = None
         run_dir: str | None = str(chaos_backend.run.path)
         run_id = chaos_backend.run.run_id

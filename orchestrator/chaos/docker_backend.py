@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,7 @@ from ..backends.docker_session import DockerSession, choose_shaping, roll_back, 
 from ..monitoring import RunMetrics, RunMonitoring, monitor_docker_run
 from ..runs import RunDir
 from ..topology import Topology
-from .backend import Converged, TrafficSample
+from .backend import Converged, DeferredRemoval, TrafficSample
 from .checker import NodeState, PingOutcome
 from .targets import TargetError
 
@@ -71,8 +71,28 @@ class _Traffic:
     cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
 
 
+async def _all_at_once(tasks: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run ``tasks`` concurrently (a partition or heal of many links: each engine call takes a fraction of a
+    second, and one after another they would spread the fault over seconds); when some fail, the others still
+    finish, then the first failure is raised as it was (not wrapped in an exception group)."""
+    errors: list[Exception] = []
+
+    async def one(task: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await task()
+        except Exception as exc:  # collected: every link is tried, the caller sees the first failure
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for task in tasks:
+            nursery.start_soon(one, task)
+    if errors:
+        raise errors[0]
+
+
 class DockerChaos:
-    """A ChaosBackend over one Docker run. ``await start(nursery)`` creates the run; ``stop`` removes it."""
+    """A ChaosBackend over one Docker run. ``await start(nursery)`` creates the run; ``stop`` removes it (or, with
+    ``removal``, stops its nodes and leaves the removal to that thread)."""
 
     name = "docker"
 
@@ -80,8 +100,11 @@ class DockerChaos:
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
                  backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
                  prometheus_image: str | None = None, metrics: RunMetrics | None = None,
-                 host_timeout_s: float = 600.0) -> None:
+                 host_timeout_s: float = 600.0, removal: DeferredRemoval | None = None) -> None:
         self.topology = topology
+        #: set: ``stop`` only stops the nodes (their event logs complete) and hands the removal of containers and
+        #: networks to this thread, for the caller to wait for later (``snekbed demo`` analyzes meanwhile)
+        self.removal = removal
         self.host_timeout_s = host_timeout_s
         self.run = run
         self.image = image
@@ -162,14 +185,24 @@ class DockerChaos:
         if self._admin is not None:
             self._admin.close()
         self.run.action("down", None, {"keep": self.keep})
-        if not self.keep:
-            report = await trio.to_thread.run_sync(self.docker.down, self.run.run_id)
-            if report.containers_left or report.networks_left:  # never silent: `snekbed down RUN` finishes the job
-                self.run.update_meta(teardown=dataclasses.asdict(report))
-                print(f"snekbed chaos: teardown left {report.containers_left} container(s) and "
-                      f"{report.networks_left} network(s) labelled snekbed.run={self.run.run_id}: "
-                      f"{'; '.join(report.errors[-3:])} (remove them with: snekbed down {self.run.run_id})",
-                      file=sys.stderr)
+        if self.keep:
+            return
+        if self.removal is None:
+            await trio.to_thread.run_sync(self._remove)
+            return
+        # the nodes stopped, their event logs are complete: the run can be analyzed while the engine removes them
+        await trio.to_thread.run_sync(self.docker.stop_all, self.run.run_id)
+        self.removal.start(self._remove)
+
+    def _remove(self) -> None:
+        """Remove the run's containers and networks; what survives is reported, never silently left."""
+        report = self.docker.down(self.run.run_id)
+        if report.containers_left or report.networks_left:  # `snekbed down RUN` finishes the job
+            self.run.update_meta(teardown=dataclasses.asdict(report))
+            print(f"snekbed chaos: teardown left {report.containers_left} container(s) and "
+                  f"{report.networks_left} network(s) labelled snekbed.run={self.run.run_id}: "
+                  f"{'; '.join(report.errors[-3:])} (remove them with: snekbed down {self.run.run_id})",
+                  file=sys.stderr)
 
     async def abort(self, exc: BaseException) -> None:
         """Remove everything labelled with the run (start_run already did if it was the start that failed)."""
@@ -380,19 +413,16 @@ class DockerChaos:
     async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         assert self.plan is not None
         side = {n: i for i, g in enumerate(groups) for n in g}
-        out = []
-        for ln in self.plan.links:
-            if ln.a in side and ln.b in side and side[ln.a] != side[ln.b] and ln.index not in self.down_links:
-                await self._disconnect(ln.index)
-                self.cut_links.add(ln.index)
-                out.append((ln.a, ln.b))
-        return out
+        cut = [ln for ln in self.plan.links
+               if ln.a in side and ln.b in side and side[ln.a] != side[ln.b] and ln.index not in self.down_links]
+        self.cut_links.update(ln.index for ln in cut)
+        await _all_at_once([lambda i=ln.index: self._disconnect(i) for ln in cut])
+        return [(ln.a, ln.b) for ln in cut]
 
     async def heal(self) -> list[tuple[str, str]]:
         assert self.plan is not None
         cut, self.cut_links = sorted(self.cut_links), set()
-        for i in cut:
-            await self._connect(i)
+        await _all_at_once([lambda i=i: self._connect(i) for i in cut])
         return [(self.plan.links[i].a, self.plan.links[i].b) for i in cut]
 
     # ------------------------------------------------------------------ nodes

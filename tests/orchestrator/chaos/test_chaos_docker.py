@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -125,4 +126,47 @@ def test_each_variant_runs_mesh12_on_docker(variant: str, client: object, image:
         assert modes == {"snek", "tree"}, modes
     finally:
         if out.get("run_dir"):
+            assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
+
+
+REMOVAL_SCENARIO = """\
+name: deferred-removal
+settle_s: 1
+steps:
+  - {action: wait, until: converged, within_s: 120}
+  - {action: partition, by: halves}
+  - {action: heal}
+"""
+
+
+def test_a_deferred_removal_returns_with_the_nodes_stopped_and_removes_them_beside(client: object, image: str,
+                                                                                  tmp_path: Path) -> None:
+    """What `snekbed demo` relies on to analyze while the engine cleans up: with a DeferredRemoval, the run
+    returns once every node has stopped (each event log ends with its node_stopping line, so the analysis reads
+    complete logs) and the containers and networks are removed in the removal's thread, all of them."""
+    from orchestrator.chaos.backend import DeferredRemoval
+    from orchestrator.chaos.cli import execute
+    from orchestrator.chaos.scenario import load_scenario
+    from orchestrator.topology_loaders import load_topology
+
+    sc_path = tmp_path / "removal.yaml"
+    sc_path.write_text(REMOVAL_SCENARIO)
+    removal = DeferredRemoval()
+    run_dir = tmp_path / "runs" / uuid.uuid4().hex[:8]
+    out: dict = {}
+    try:
+        out = execute(load_scenario(sc_path), load_topology(REPO / "compose" / "topologies" / "ring-8.yaml"),
+                      backend="docker", image=image, record=run_dir, removal=removal)
+        assert removal.started
+        label = f"snekbed.run={_run_id(out)}"
+        assert client.api.containers(filters={"label": label, "status": "running"}) == []  # type: ignore[attr-defined]
+        assert out["verdict"] == "pass", out
+        assert [s["components"] for s in out["steps"][1:]] == [2, 1]  # the partition's links were cut at once
+        for log in sorted((run_dir / "events").glob("*.jsonl")):
+            last = json.loads(log.read_text().splitlines()[-1])
+            assert last["event"] == "node_stopping", (log.name, last)
+    finally:
+        removal.wait()
+        if out.get("run_dir"):
+            assert removal.took_s is not None and removal.took_s > 0
             assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
