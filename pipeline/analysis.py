@@ -76,43 +76,56 @@ class AnalysisResult:
         return ab.summary_text(self.ab)
 
 
-def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], out: Path, tables: dict[str, str]) -> DataFrame:
-    """Write events, actions, pings and quarantine; return the line counts of every input file."""
+def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames, out: Path,
+            tables: dict[str, str], workers: int) -> DataFrame:  # fmt: skip
+    """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
+    file. The per-run tables, the events, the actions and the pings are independent: written side by side."""
     ev_read = io.read_lines(spark, {f: r.run_id for r in runs for f in r.event_files}, "events")
-    paths = io.write_split(ingest.triage_events(ev_read.lines), out, ingest.TRIAGE,
-                           {"accepted": "events", "suspect": "ingest_suspects"})
-    tables["events"] = paths["events"]
+    records = {
+        "actions": (io.read_lines(spark, {r.actions_file: r.run_id for r in runs}, "actions"),
+                    ingest.validate_actions, schemas.ACTIONS_SCHEMA),
+        "pings": (io.read_lines(spark, {r.pings_file: r.run_id for r in runs}, "pings"),
+                  ingest.validate_pings, schemas.PINGS_SCHEMA),
+    }  # fmt: skip
     # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation
     # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
-    cached: list[DataFrame] = []
-    quarantine: list[DataFrame] = []
-    if not io.table_is_empty(out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to plan and run
+    checked: dict[str, DataFrame] = {}
+
+    def run_tables() -> None:
+        for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
+            _small(df, out, name, tables)
+
+    def events() -> None:
+        paths = io.write_split(ingest.triage_events(ev_read.lines), out, ingest.TRIAGE,
+                               {"accepted": "events", "suspect": "ingest_suspects"})
+        tables["events"] = paths["events"]
+        if io.table_is_empty(out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
+            return
         suspects = io.read_table(spark, out, "ingest_suspects", schemas.LINES_SCHEMA)
-        checked = ingest.validate_events(suspects).cache()
-        cached.append(checked)
-        io.write_table(ingest.accepted(checked, schemas.EVENTS_SCHEMA), out, "events", append=True)
-        quarantine.append(ingest.quarantined(checked, "events"))
-    counts = [ev_read.counts]
-    for source, files, validate, schema in (
-        ("actions", {r.actions_file: r.run_id for r in runs}, ingest.validate_actions, schemas.ACTIONS_SCHEMA),
-        ("pings", {r.pings_file: r.run_id for r in runs}, ingest.validate_pings, schemas.PINGS_SCHEMA),
-    ):
-        read = io.read_lines(spark, files, source)
-        checked = validate(read.lines).cache()
-        cached.append(checked)
-        tables[source] = io.write_table(ingest.accepted(checked, schema), out, source)
-        quarantine.append(ingest.quarantined(checked, source))
-        counts.append(read.counts)
+        checked["events"] = ingest.validate_events(suspects).cache()
+        io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), out, "events", append=True)
+
+    def record_table(source: str) -> Callable[[], None]:
+        read, validate, schema = records[source]
+
+        def write() -> None:
+            checked[source] = validate(read.lines).cache()
+            tables[source] = io.write_table(ingest.accepted(checked[source], schema), out, source)
+        return write
+
+    _concurrently(workers, events, record_table("actions"), record_table("pings"), run_tables)
+    quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
+                  if source in checked]
     q = quarantine[0]
     for extra in quarantine[1:]:
         q = q.unionByName(extra)
     tables["quarantine"] = io.write_table(q, out, "quarantine")
-    for df in cached:
+    for df in checked.values():
         df.unpersist()
     io.drop_table(out, "ingest_suspects")
-    all_counts = counts[0]
-    for extra in counts[1:]:
-        all_counts = all_counts.unionByName(extra)
+    all_counts = ev_read.counts
+    for read, _, _ in records.values():
+        all_counts = all_counts.unionByName(read.counts)
     return all_counts
 
 
@@ -204,11 +217,10 @@ def analyze(
     runs = io.discover_runs(run_dirs)
     frames = io.run_frames(spark, runs)
     ab_meta = io.ab_meta(spark, runs)
-    for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
-        _small(df, out, name, tables)
+    workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files")
-    counts = _ingest(spark, runs, out, tables)
+    counts = _ingest(spark, runs, frames, out, tables, workers)
     io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 
@@ -247,7 +259,6 @@ def analyze(
         _small(churn.churn_timeline(events, bounds, churn_bin_s), out, "churn_timeline", tables)
         _small(churn.churn_by_node(events), out, "churn_by_node", tables)
 
-    workers = _job_threads(spark)
     _concurrently(workers, convergence_chain, delivery_chain, overhead_chain, churn_chain)
 
     say("analyze", "comparison across runs")
@@ -268,7 +279,7 @@ def analyze(
 
     t = time.perf_counter()
     say("report", "tables, plots, report.md, report.html")
-    files = report.render(report.collect_inputs(spark, out, recon, ab=ab_doc))
+    files = report.render(report.collect_inputs(spark, out, recon, ab=ab_doc, workers=workers))
     if ab_doc:
         files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
     written = io.write_files(out, files)

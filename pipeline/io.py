@@ -25,12 +25,13 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -58,6 +59,7 @@ __all__ = [
     "table_is_empty",
     "read_table",
     "write_files",
+    "collect_all",
     "table_path",
     "count_lines",
     "ONE_FILE_PER_TASK",
@@ -541,6 +543,15 @@ def read_table(spark: SparkSession, out: str | Path, name: str, schema: StructTy
     if table_is_empty(out, name):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(str(path)).select(*schema.fieldNames())
+
+
+def collect_all(queries: Mapping[str, DataFrame], workers: int = 2) -> dict[str, list[Row]]:
+    """Collect every query of ``queries`` (name -> DataFrame, each a small result), ``workers`` at a time: a
+    small query's time is mostly the driver's (planning, scheduling), so side by side they keep the cores busy.
+    Returns name -> rows, in ``queries``' order; raises the first failure, after the others have ended."""
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="snekbed-collect") as pool:
+        futures = {name: pool.submit(df.collect) for name, df in queries.items()}
+    return {name: future.result() for name, future in futures.items()}
 
 
 def write_files(out: str | Path, files: Mapping[str, bytes | str]) -> list[Path]:

@@ -57,14 +57,11 @@ class ReportInputs:
     ab: dict[str, dict] = field(default_factory=dict)
 
 
-def _rows(df) -> list[dict]:
-    return [r.asDict() for r in df.collect()]
-
-
 def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
-                   ab: Mapping[str, dict] | None = None) -> ReportInputs:  # fmt: skip
+                   ab: Mapping[str, dict] | None = None, workers: int = 2) -> ReportInputs:  # fmt: skip
     """Read the result tables under ``out`` and aggregate what the report needs (small results only);
-    ``ab`` is the A/B document of the analysis (pipeline.jobs.ab.summarize), if it has A/B runs."""
+    ``ab`` is the A/B document of the analysis (pipeline.jobs.ab.summarize), if it has A/B runs.
+    The small queries run ``workers`` at a time (``io.collect_all``)."""
     t = lambda name, schema: io.read_table(spark, out, name, schema)  # noqa: E731
     q = t("quarantine", schemas.QUARANTINE_SCHEMA)
     enriched = t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
@@ -72,30 +69,34 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
     bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
         F.first("t0_s").alias("start_s"))
     by_class = t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'")
-    return ReportInputs(
-        runs=_rows(t("runs", schemas.RUNS_SCHEMA).drop("nodes", "versions", "observer").orderBy("run_id")),
-        reconciliation=reconciliation,
-        quarantine_by_reason=_rows(q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason")),
-        quarantine_examples=_rows(q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason",
-                                                                               "message").limit(20)),
-        convergence=_rows(t("convergence", schemas.CONVERGENCE_SCHEMA).orderBy("run_id", "episode")),
-        delivery_by_episode=_rows(t("delivery_by_episode", schemas.DELIVERY_EPISODE_SCHEMA).orderBy("run_id", "episode")),
-        delivery=_rows(t("delivery", schemas.DELIVERY_SCHEMA).orderBy("run_id", "mode", "class_mix", "shortest_links",
-                                                                     "since_bucket")),
-        timeline=_rows(t("delivery_timeline", schemas.DELIVERY_TIMELINE_SCHEMA).orderBy("run_id", "mode", "t_bin_s")),
-        disruptions=_rows(actions.where(F.col("action").isin(*EPISODE_ACTIONS)).join(bounds, "run_id").select(
-            "run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")).orderBy("run_id", "t_rel_s")),
-        stretch_hist=_rows(enriched.where(F.col("stretch").isNotNull()).groupBy(
-            (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin")),
-        overhead=_rows(by_class.groupBy("link_class", "frame_type").agg(
+    queries = {
+        "runs": t("runs", schemas.RUNS_SCHEMA).drop("nodes", "versions", "observer").orderBy("run_id"),
+        "quarantine_by_reason": q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason"),
+        "quarantine_examples": q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason",
+                                                                           "message").limit(20),
+        "convergence": t("convergence", schemas.CONVERGENCE_SCHEMA).orderBy("run_id", "episode"),
+        "delivery_by_episode": t("delivery_by_episode", schemas.DELIVERY_EPISODE_SCHEMA).orderBy("run_id", "episode"),
+        "delivery": t("delivery", schemas.DELIVERY_SCHEMA).orderBy("run_id", "mode", "class_mix", "shortest_links",
+                                                                  "since_bucket"),
+        "timeline": t("delivery_timeline", schemas.DELIVERY_TIMELINE_SCHEMA).orderBy("run_id", "mode", "t_bin_s"),
+        "disruptions": actions.where(F.col("action").isin(*EPISODE_ACTIONS)).join(bounds, "run_id").select(
+            "run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")).orderBy("run_id",
+                                                                                                        "t_rel_s"),
+        "stretch_hist": enriched.where(F.col("stretch").isNotNull()).groupBy(
+            (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin"),
+        "overhead": by_class.groupBy("link_class", "frame_type").agg(
             F.mean("frames_per_node_s").alias("frames_per_node_s"),
-            F.mean("bytes_per_node_s").alias("bytes_per_node_s")).orderBy("link_class", "frame_type")),
-        churn=_rows(t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
+            F.mean("bytes_per_node_s").alias("bytes_per_node_s")).orderBy("link_class", "frame_type"),
+        "churn": t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
             F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
-            F.count("*").alias("nodes")).orderBy("run_id")),
-        summary=_rows(t("run_summary", schemas.RUN_SUMMARY_SCHEMA).orderBy("run_id")),
-        compare={by: _rows(spark.read.parquet(io.table_path(out, f"compare_{by}"))) for by in GROUPINGS},
-        ab=dict(ab or {}),
+            F.count("*").alias("nodes")).orderBy("run_id"),
+        "summary": t("run_summary", schemas.RUN_SUMMARY_SCHEMA).orderBy("run_id"),
+    }
+    queries.update({f"compare_{by}": spark.read.parquet(io.table_path(out, f"compare_{by}")) for by in GROUPINGS})
+    rows = {name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()}
+    return ReportInputs(
+        reconciliation=reconciliation, compare={by: rows.pop(f"compare_{by}") for by in GROUPINGS}, ab=dict(ab or {}),
+        **rows,
     )
 
 
