@@ -25,6 +25,7 @@ A/B document in ``OUT/ab.json`` and ``AnalysisResult.ab``.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,11 +81,13 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
             tables: dict[str, str], workers: int) -> DataFrame:  # fmt: skip
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
     file. The per-run tables, the events, the actions and the pings are independent: written side by side."""
-    ev_read = io.read_lines(spark, {f: r.run_id for r in runs for f in r.event_files}, "events")
+    # one layout for the three reads: the queries that consume them are planned (and laid out) after all three
+    layout = io.read_layout([os.path.getsize(f) for r in runs for f in (*r.event_files, r.actions_file, r.pings_file)])
+    ev_read = io.read_lines(spark, {f: r.run_id for r in runs for f in r.event_files}, "events", layout)
     records = {
-        "actions": (io.read_lines(spark, {r.actions_file: r.run_id for r in runs}, "actions"),
+        "actions": (io.read_lines(spark, {r.actions_file: r.run_id for r in runs}, "actions", layout),
                     ingest.validate_actions, schemas.ACTIONS_SCHEMA),
-        "pings": (io.read_lines(spark, {r.pings_file: r.run_id for r in runs}, "pings"),
+        "pings": (io.read_lines(spark, {r.pings_file: r.run_id for r in runs}, "pings", layout),
                   ingest.validate_pings, schemas.PINGS_SCHEMA),
     }  # fmt: skip
     # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation

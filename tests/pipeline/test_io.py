@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import io, schemas
-from pipeline.errors import RunDatasetError
+from pipeline.errors import PipelineError, RunDatasetError
 from tests.pipeline.conftest import assert_frames_equal
 
 pytestmark = pytest.mark.spark
@@ -63,6 +63,64 @@ def test_big_file_keeps_numbers_in_order(spark, tmp_path):
     wrong = got.where(F.col("line").cast("long") != F.col("line_no")).count()
     assert wrong == 0
     assert got.count() == 200_000
+
+
+def _packed(largest: int) -> io.ReadLayout:
+    """A packed layout for files of at most ``largest`` bytes, with tasks small enough that they hold a few files."""
+    return io.ReadLayout(True, {"spark.sql.files.maxPartitionBytes": str(8 * largest),
+                                "spark.sql.files.openCostInBytes": str(largest)})
+
+
+def test_line_numbers_are_exact_when_files_share_a_task(spark, tricky_files, tmp_path):
+    """Packed reads (many files, several per task): the same exact numbers, and tasks really held several files."""
+    files = dict(tricky_files)
+    for i in range(40):  # files of different sizes, so Spark's packing mixes them
+        path = tmp_path / f"n{i:02d}.jsonl"
+        path.write_text("".join(f"{i}:{j}\n" for j in range(1, 1 + (i * 37) % 300)))
+        files[path] = f"run-{i % 3}"
+    largest = max(p.stat().st_size for p in files)
+    got = io.read_lines(spark, files, "events", _packed(largest))
+    expected = [(run_id, str(path.resolve()), i, line) for path, run_id in files.items()
+                for i, line in enumerate(python_lines(path.read_bytes()), 1)]
+    assert_frames_equal(got.lines, spark.createDataFrame(expected, schemas.LINES_SCHEMA))
+    nonempty = sum(1 for p in files if p.stat().st_size)
+    tasks = got.lines.rdd.getNumPartitions()
+    assert 3 <= tasks < nonempty / 3, tasks  # several files per task, and a task per run at least
+
+
+def test_read_layout_packs_only_many_files_and_never_below_the_largest():
+    assert io.read_layout([10] * io.PACK_FILES_ABOVE) == io.ReadLayout(False, io.ONE_FILE_PER_TASK)
+    big = io.read_layout([10] * io.PACK_FILES_ABOVE + [5 << 30])
+    assert big.packed and int(big.settings["spark.sql.files.maxPartitionBytes"]) >= 5 << 30
+    assert int(big.settings["spark.sql.files.openCostInBytes"]) >= 5 << 30
+
+
+def test_a_packed_read_that_would_split_a_file_fails_loudly(spark, tmp_path):
+    """Line numbers need every file whole in one task: a layout that lets Spark split one is refused."""
+    files = {}
+    for i in range(3):
+        path = tmp_path / f"f{i}.jsonl"
+        path.write_text("".join(f"{j}\n" for j in range(20_000)))
+        files[path] = "r"
+    with pytest.raises(PipelineError, match="split"):
+        io.read_lines(spark, files, "events", io.ReadLayout(True, {"spark.sql.files.maxPartitionBytes": "4096",
+                                                                    "spark.sql.files.openCostInBytes": "1"}))
+
+
+def test_a_packed_read_never_numbers_a_line_wrongly(spark, tmp_path, monkeypatch):
+    """The line numbers of a packed read come from the driver's line counts: if they ever disagreed with how
+    Spark splits lines, the query fails naming the cause instead of numbering lines wrongly."""
+    files = {}
+    for i in range(4):
+        path = tmp_path / f"f{i}.jsonl"
+        path.write_text("".join(f"{i}:{j}\n" for j in range(50)))
+        files[path] = "r"
+    real = io.count_lines
+    monkeypatch.setattr(io, "count_lines", lambda path, *a: real(path, *a) - 1)  # each file's last line: too far
+    got = io.read_lines(spark, files, "events", io.ReadLayout(True, {"spark.sql.files.maxPartitionBytes": "1000000",
+                                                                      "spark.sql.files.openCostInBytes": "1000"}))
+    with pytest.raises(Exception, match="numbered outside its file"):
+        got.lines.collect()
 
 
 def test_count_lines_matches_splitting_in_chunks(tmp_path):

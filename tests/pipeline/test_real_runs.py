@@ -19,6 +19,7 @@ import pytest
 from pipeline import analysis, io, report, schemas
 from pipeline.jobs import convergence, episodes
 from tests.conftest import REPO, TOPOLOGIES, need
+from tests.pipeline.conftest import assert_frames_equal
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -152,3 +153,22 @@ def test_convergence_is_the_same_when_spark_plans_no_broadcast_join(spark, real_
     written = {(r["run_id"], r["episode"]): r for r in table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)}
     assert again == written
     assert all(r["snake_converged_s"] is not None for r in again.values()), again
+
+
+def test_the_tables_do_not_depend_on_how_files_are_laid_out_over_tasks(spark, real_runs, real_analysis, tmp_path,
+                                                                      monkeypatch):
+    """These runs have more event logs than io.PACK_FILES_ABOVE, so their analysis packed several files into each
+    task (line numbers from Spark's plan and the driver's line counts). Analyzed again with one file per task (row
+    index = line number), every ingested table and the results built on them are the same, line numbers included."""
+    out, _ = real_analysis
+    n_files = sum(len(list((run / "events").glob("*.jsonl"))) + 2 for run in real_runs)
+    assert n_files > io.PACK_FILES_ABOVE, n_files
+    monkeypatch.setattr(io, "PACK_FILES_ABOVE", 10**9)
+    again = tmp_path / "one-file-per-task"
+    analysis.analyze(spark, real_runs, again)
+    io.pack_table_reads(spark)
+    for name, schema in (("events", schemas.EVENTS_SCHEMA), ("actions", schemas.ACTIONS_SCHEMA),
+                         ("pings", schemas.PINGS_SCHEMA), ("quarantine", schemas.QUARANTINE_SCHEMA),
+                         ("reconciliation", schemas.RECONCILIATION_SCHEMA),
+                         ("convergence", schemas.CONVERGENCE_SCHEMA), ("delivery", schemas.DELIVERY_SCHEMA)):
+        assert_frames_equal(io.read_table(spark, again, name, schema), io.read_table(spark, out, name, schema))
