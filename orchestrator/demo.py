@@ -153,8 +153,11 @@ class SparkWarmup:
     def session(self) -> Any:
         if self._thread.is_alive():
             self._stop.set()
+        while self._thread.is_alive():
+            # the warm-up's side-by-side threads may submit a job after a cancel: cancel until it has stopped
             if self._spark is not None:
                 self._spark.sparkContext.cancelAllJobs()
+            self._thread.join(0.2)
         self._thread.join()
         if self._error is not None:
             raise self._error
@@ -206,6 +209,18 @@ def analyze_run(run_dir: Path, warm: SparkWarmup, timings: dict[str, float]) -> 
         timings["analysis: stopping Spark"] = time.monotonic() - t
     click.echo(f"demo: analyzed {result.events:,} events, {result.quarantined} line(s) quarantined", err=True)
     return out / "report.html"
+
+
+def _wait_for_removal(removal: DeferredRemoval | None, run_id: str, timings: dict[str, float]) -> None:
+    """Wait for the run's deferred teardown; its time goes into ``timings``. A failure is reported, not raised:
+    it must not hide the demo's own result or error, and `snekbed down RUN_ID` finishes the job."""
+    if removal is None or not removal.started:
+        return
+    try:
+        timings["containers and networks removed, after the analysis"] = removal.wait()
+    except Exception as exc:  # the engine's errors come in many types; what is left is named on stderr
+        click.echo(f"demo: removing the run's containers and networks failed: {exc} "
+                   f"(remove what is left with: snekbed down {run_id})", err=True)
 
 
 def where_time_went(timings: dict[str, float], total_s: float, warm: SparkWarmup | None,
@@ -287,8 +302,7 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
     except BaseException:
         if warm is not None:
             warm.close()
-        if removal is not None:
-            removal.wait()
+        _wait_for_removal(removal, run_id, {})
         raise
     scenario_s = time.monotonic() - t0
     if seen_at:
@@ -308,8 +322,7 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
         try:
             report = analyze_run(run_dir, warm, timings)
         finally:
-            if removal is not None and removal.started:
-                timings["containers and networks removed, after the analysis"] = removal.wait()
+            _wait_for_removal(removal, run_id, timings)
         click.echo(f"report: {report}")
         click.echo(f"        {report.with_suffix('.md')}  (tables: {report.parent / 'tables'})")
     click.echo(where_time_went(timings, time.monotonic() - t0, warm, removal))

@@ -116,15 +116,17 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
             tables[source] = io.write_table(ingest.accepted(checked[source], schema), out, source)
         return write
 
-    _concurrently(workers, events, record_table("actions"), record_table("pings"), run_tables)
-    quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
-                  if source in checked]
-    q = quarantine[0]
-    for extra in quarantine[1:]:
-        q = q.unionByName(extra)
-    tables["quarantine"] = io.write_table(q, out, "quarantine")
-    for df in checked.values():
-        df.unpersist()
+    try:
+        _concurrently(workers, events, record_table("actions"), record_table("pings"), run_tables)
+        quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
+                      if source in checked]
+        q = quarantine[0]
+        for extra in quarantine[1:]:
+            q = q.unionByName(extra)
+        tables["quarantine"] = io.write_table(q, out, "quarantine")
+    finally:
+        for df in checked.values():
+            df.unpersist()
     io.drop_table(out, "ingest_suspects")
     all_counts = ev_read.counts
     for read, _, _ in records.values():

@@ -10,9 +10,9 @@ whole, in order, within one task, and ``monotonically_increasing_id()`` counts
 the rows of a task. With a few files (``read_layout``) each file has a task
 of its own (``ONE_FILE_PER_TASK``, checked against the plan) and a row's
 index in its task is its line index. With many, a task reads several files
-one after another (a task per file would cost more than the parsing): one
-cheap job over the text finds each file's first row id, and a row's line
-index is its id less that one.
+one after another (a task per file would cost more than the parsing): Spark's
+plan lists each task's files in order, the driver's line counts then give
+each file's first row id, and a row's line index is its id less that one.
 
 The driver also counts the lines of every file from its bytes, without Spark:
 that count is the input side of the reconciliation (lines = parsed +
@@ -392,11 +392,13 @@ PACKED_FILES = {
 
 #: ``read_layout`` packs the input files into tasks when there are more than this many. One task per file
 #: costs a task's start and a Parquet writer per file (about 20 ms each on a local master): nothing for a
-#: dozen event logs, most of the ingest for thousands of small ones (measured: 1 M lines in 2 000 files
-#: took 52 s against 15 s in 200 files).
+#: dozen event logs, most of the ingest for thousands of small ones (measured: writing the events of 1 M
+#: lines in 2 000 files took 52 s one file per task, 16 s packed).
 PACK_FILES_ABOVE = 64
-#: Bytes of input lines per packed task (at most; Spark also spreads the input over the cores).
+#: Bytes of input lines per packed task (at most; ``read_layout`` also aims at 16 tasks or more).
 PACK_TASK_BYTES = 64 << 20
+#: What opening a file counts as, in bytes, when Spark packs files into a task (its default).
+PACK_OPEN_COST = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -411,15 +413,19 @@ class ReadLayout:
 
 def read_layout(sizes: Sequence[int]) -> ReadLayout:
     """The layout for input files of ``sizes`` bytes: one file per task (``ONE_FILE_PER_TASK``) for up to
-    ``PACK_FILES_ABOVE`` files; above, files packed into tasks of up to ``PACK_TASK_BYTES`` but never split:
+    ``PACK_FILES_ABOVE`` files; above, files packed into tasks of up to ``PACK_TASK_BYTES`` but never split.
     Spark splits a file only when it is larger than min(maxPartitionBytes, max(openCostInBytes, input bytes
-    per core)), and both settings are at least the largest file (``read_lines`` checks Spark's plan)."""
+    / minPartitionNum)): with minPartitionNum 1 that is maxPartitionBytes, which is at least the largest
+    file (``read_lines`` checks Spark's plan). minPartitionNum 1 also keeps the layout from depending on the
+    cores Spark knows of (a cluster's grow as executors register), so the plan ``read_lines`` reads is the
+    one its lines are consumed with."""
     if len(sizes) <= PACK_FILES_ABOVE:
         return ReadLayout(False, ONE_FILE_PER_TASK)
     largest = max(1, *sizes)
     task_bytes = min(PACK_TASK_BYTES, sum(sizes) // 16)  # some 16 tasks or more: the cores stay evenly busy
     return ReadLayout(True, {"spark.sql.files.maxPartitionBytes": str(max(largest, task_bytes)),
-                             "spark.sql.files.openCostInBytes": str(largest)})
+                             "spark.sql.files.openCostInBytes": str(min(largest, PACK_OPEN_COST)),
+                             "spark.sql.files.minPartitionNum": "1"})
 
 
 def pack_table_reads(spark: SparkSession) -> None:
@@ -432,6 +438,7 @@ def pack_table_reads(spark: SparkSession) -> None:
     """
     for key, value in PACKED_FILES.items():
         spark.conf.set(key, value)
+    spark.conf.unset("spark.sql.files.minPartitionNum")  # read_layout's, for a packed read: back to the cores
 
 
 @dataclass(frozen=True)
@@ -502,7 +509,8 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
     row_id = F.monotonically_increasing_id()
     if layout.packed:
         # one scan per run, unioned: a task then holds files of one run only, and writes one file per table
-        # partitioned by run_id (one scan of all files mixes every run in every task: a file per run per task)
+        # partitioned by run_id (one scan of all files mixes every run in every task: a file per run per task);
+        # the runs with a single file (e.g. each run's pings) share one scan: a file per task at worst, as before
         by_run: dict[str, list[str]] = {}
         for path in nonempty:
             by_run.setdefault(run_of[path], []).append(path)

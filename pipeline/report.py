@@ -94,10 +94,8 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
     }
     queries.update({f"compare_{by}": spark.read.parquet(io.table_path(out, f"compare_{by}")) for by in GROUPINGS})
     rows = {name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()}
-    return ReportInputs(
-        reconciliation=reconciliation, compare={by: rows.pop(f"compare_{by}") for by in GROUPINGS}, ab=dict(ab or {}),
-        **rows,
-    )
+    compared = {by: rows.pop(f"compare_{by}") for by in GROUPINGS}
+    return ReportInputs(reconciliation=reconciliation, compare=compared, ab=dict(ab or {}), **rows)
 
 
 # --------------------------------------------------------------------------- plots

@@ -190,8 +190,15 @@ class DockerChaos:
         if self.removal is None:
             await trio.to_thread.run_sync(self._remove)
             return
+        try:
+            running = await trio.to_thread.run_sync(self.docker.stop_all, self.run.run_id)
+        except BaseException:
+            self.removal.start(self._remove)  # never left behind: removed while the caller handles the error
+            raise
+        if running:  # a node did not stop within the grace period: its event log may not be complete yet
+            await trio.to_thread.run_sync(self._remove)
+            return
         # the nodes stopped, their event logs are complete: the run can be analyzed while the engine removes them
-        await trio.to_thread.run_sync(self.docker.stop_all, self.run.run_id)
         self.removal.start(self._remove)
 
     def _remove(self) -> None:
@@ -356,10 +363,9 @@ class DockerChaos:
         for name in (ln.a, ln.b):
             if name in self.hosts:  # its end is the host's bridge address: cutting the container's end cuts the link
                 continue
-            try:
-                cid = self._cid(name)
-                await self._docker(lambda: self.docker.api.disconnect_container_from_network(
-                    cid, self.net_ids[ln.net.name], force=True))  # fmt: skip
+            try:  # the container is looked up in the thread too: links of a partition are cut concurrently
+                await self._docker(lambda name=name: self.docker.api.disconnect_container_from_network(
+                    self._cid(name), self.net_ids[ln.net.name], force=True))  # fmt: skip
             except Exception as exc:  # a stopped container may already be off the network
                 if "is not connected" not in str(exc):
                     raise
@@ -371,10 +377,9 @@ class DockerChaos:
         for name in (ln.a, ln.b):
             if name in self.hosts:
                 continue
-            cid = self._cid(name)
             try:
-                await self._docker(lambda: self.docker.api.connect_container_to_network(
-                    cid, self.net_ids[ln.net.name], ipv4_address=ln.net.members[name]))  # fmt: skip
+                await self._docker(lambda name=name: self.docker.api.connect_container_to_network(
+                    self._cid(name), self.net_ids[ln.net.name], ipv4_address=ln.net.members[name]))  # fmt: skip
             except Exception as exc:
                 if "already exists" not in str(exc):
                     raise

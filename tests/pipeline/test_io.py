@@ -65,13 +65,22 @@ def test_big_file_keeps_numbers_in_order(spark, tmp_path):
     assert got.count() == 200_000
 
 
+@pytest.fixture
+def layout_restored(spark):
+    """The session's file layout settings as get_spark set them, again after a test that changed them."""
+    yield
+    for key, value in io.ONE_FILE_PER_TASK.items():
+        spark.conf.set(key, value)
+    spark.conf.unset("spark.sql.files.minPartitionNum")
+
+
 def _packed(largest: int) -> io.ReadLayout:
     """A packed layout for files of at most ``largest`` bytes, with tasks small enough that they hold a few files."""
     return io.ReadLayout(True, {"spark.sql.files.maxPartitionBytes": str(8 * largest),
                                 "spark.sql.files.openCostInBytes": str(largest)})
 
 
-def test_line_numbers_are_exact_when_files_share_a_task(spark, tricky_files, tmp_path):
+def test_line_numbers_are_exact_when_files_share_a_task(spark, tricky_files, tmp_path, layout_restored):
     """Packed reads (many files, several per task): the same exact numbers, and tasks really held several files."""
     files = dict(tricky_files)
     for i in range(40):  # files of different sizes, so Spark's packing mixes them
@@ -91,11 +100,12 @@ def test_line_numbers_are_exact_when_files_share_a_task(spark, tricky_files, tmp
 def test_read_layout_packs_only_many_files_and_never_below_the_largest():
     assert io.read_layout([10] * io.PACK_FILES_ABOVE) == io.ReadLayout(False, io.ONE_FILE_PER_TASK)
     big = io.read_layout([10] * io.PACK_FILES_ABOVE + [5 << 30])
+    # Spark splits a file above min(maxPartitionBytes, max(openCostInBytes, bytes / minPartitionNum))
     assert big.packed and int(big.settings["spark.sql.files.maxPartitionBytes"]) >= 5 << 30
-    assert int(big.settings["spark.sql.files.openCostInBytes"]) >= 5 << 30
+    assert big.settings["spark.sql.files.minPartitionNum"] == "1"  # and so the cores do not change the layout
 
 
-def test_a_packed_read_that_would_split_a_file_fails_loudly(spark, tmp_path):
+def test_a_packed_read_that_would_split_a_file_fails_loudly(spark, tmp_path, layout_restored):
     """Line numbers need every file whole in one task: a layout that lets Spark split one is refused."""
     files = {}
     for i in range(3):
@@ -107,7 +117,7 @@ def test_a_packed_read_that_would_split_a_file_fails_loudly(spark, tmp_path):
                                                                     "spark.sql.files.openCostInBytes": "1"}))
 
 
-def test_a_packed_read_never_numbers_a_line_wrongly(spark, tmp_path, monkeypatch):
+def test_a_packed_read_never_numbers_a_line_wrongly(spark, tmp_path, monkeypatch, layout_restored):
     """The line numbers of a packed read come from the driver's line counts: if they ever disagreed with how
     Spark splits lines, the query fails naming the cause instead of numbering lines wrongly."""
     files = {}

@@ -161,12 +161,11 @@ def test_a_deferred_removal_returns_with_the_nodes_stopped_and_removes_them_besi
         label = f"snekbed.run={_run_id(out)}"
         assert client.api.containers(filters={"label": label, "status": "running"}) == []  # type: ignore[attr-defined]
         assert out["verdict"] == "pass", out
-        assert [s["components"] for s in out["steps"][1:]] == [2, 1]  # the partition's links were cut at once
+        assert [s["components"] for s in out["steps"][1:]] == [2, 1]  # partitioned, then healed
         for log in sorted((run_dir / "events").glob("*.jsonl")):
             last = json.loads(log.read_text().splitlines()[-1])
             assert last["event"] == "node_stopping", (log.name, last)
     finally:
         removal.wait()
-        if out.get("run_dir"):
-            assert removal.took_s is not None and removal.took_s > 0
-            assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
+    assert removal.took_s is not None and removal.took_s > 0
+    assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
