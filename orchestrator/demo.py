@@ -150,6 +150,14 @@ class SparkWarmup:
             if lowered:
                 _renice(self._spark, 0)
 
+    def stop_soon(self) -> None:
+        """Stop a warm-up still running, without waiting: its jobs are cancelled and it ends at its next stage
+        (the nodes' shutdown after the scenario then has the CPU to itself)."""
+        if self._thread.is_alive():
+            self._stop.set()
+            if self._spark is not None:
+                self._spark.sparkContext.cancelAllJobs()
+
     def session(self) -> Any:
         if self._thread.is_alive():
             self._stop.set()
@@ -292,6 +300,8 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
     def progress(rec: dict[str, Any]) -> None:
         seen_at.append(time.monotonic())
         click.echo(_line(rec))
+        if warm is not None and rec.get("index") == len(sc.steps) - 1:
+            warm.stop_soon()  # the last step is over: the nodes stop next, and must stop within their grace period
 
     # Docker: once the nodes have stopped (their event logs complete) the analysis starts, and the engine removes
     # the containers and networks beside it; the demo ends only when both have

@@ -548,9 +548,9 @@ class DockerBackend:
 
     # ------------------------------------------------------------ down
 
-    def stop_all(self, run_id: str | None) -> int:
+    def stop_all(self, run_id: str | None, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM every running container labelled ``snekbed.run=<run_id>`` (every run's when None) at once and
-        wait, at most STOP_TIMEOUT_S in all, until none runs: the nodes flush their event logs and log
+        wait, at most ``timeout_s`` in all, until none runs: the nodes flush their event logs and log
         ``node_stopping``. Whatever still runs after that is left to :meth:`down`'s forced removal. Returns how
         many containers were still running at the deadline; one that is gone already is skipped."""
         import docker.errors
@@ -562,16 +562,19 @@ class DockerBackend:
             with contextlib.suppress(docker.errors.APIError):  # gone already, or not running
                 self.api.kill(cid, signal="SIGTERM")
 
+        def wait(cid: str) -> None:
+            # the engine answers when the container has exited (a poll of the running list lagged behind exits
+            # by seconds); a timeout or a container gone already ends the wait as well
+            with contextlib.suppress(Exception):
+                self.api.wait(cid, timeout=max(0.1, deadline - time.monotonic()))
+
         if not running:
             return 0
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="snekbed-stop") as pool:
+        deadline = time.monotonic() + timeout_s
+        with ThreadPoolExecutor(max_workers=max(self.workers, len(running)), thread_name_prefix="snekbed-stop") as pool:
             list(pool.map(terminate, running))
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        left = running
-        while left and time.monotonic() < deadline:
-            time.sleep(0.2)
-            left = self.api.containers(filters={"label": label, "status": "running"})
-        return len(left)
+            list(pool.map(wait, running))
+        return len(self.api.containers(filters={"label": label, "status": "running"}))
 
     def down(self, run_id: str | None) -> DownReport:
         """Remove everything labelled ``snekbed.run=<run_id>`` (every run when None).

@@ -61,6 +61,8 @@ from .targets import TargetError
 __all__ = ["DockerChaos"]
 
 PING_TIMEOUT_S = 5.0
+#: How long ``stop`` waits for the nodes to exit before a deferred removal (``removal``) takes over.
+DEFERRED_STOP_S = 10.0
 
 
 @dataclass
@@ -191,7 +193,9 @@ class DockerChaos:
             await trio.to_thread.run_sync(self._remove)
             return
         try:
-            running = await trio.to_thread.run_sync(self.docker.stop_all, self.run.run_id)
+            # a node under load can take a few seconds to exit after writing its last event: wait for it longer
+            # than down()'s grace period, since the analysis reads its log next
+            running = await trio.to_thread.run_sync(self.docker.stop_all, self.run.run_id, DEFERRED_STOP_S)
         except BaseException:
             self.removal.start(self._remove)  # never left behind: removed while the caller handles the error
             raise
