@@ -79,6 +79,24 @@ def test_shipped_scenario_passes_on_graph_250(name: str) -> None:
 
 
 @pytest.mark.slow
+def test_a_snake_that_re_orders_node_by_node_after_a_root_kill_is_a_transient_not_a_failure() -> None:
+    # Found on graph-250, seed 0: killed 1 s after convergence, the root leaves a snake that re-orders for some
+    # 30 s, one node at a time (each for a few seconds, as its descending entry expires before the bootstrap
+    # that refreshes it arrives): never ordered at one instant within 16 s, although no node stayed out of order.
+    # Judged node by node, the step passes and says so; the nodes that were out of order are named.
+    text = (REPO / "orchestrator" / "chaos" / "scenarios" / "demo-quick.yaml").read_text()
+    assert "{action: kill, target: root, after_s: 2}" in text
+    scenario = parse_scenario_yaml(text.replace("{action: kill, target: root, after_s: 2}",
+                                                "{action: kill, target: root, after_s: 1}"))  # fmt: skip
+    out = _run(load_topology(GRAPH_250), scenario, seed=0)
+    assert out["verdict"] == "pass", _failures(out)
+    kill = out["steps"][1]
+    assert kill["action"] == "kill" and kill["transient"] == ["snake_ordered"]
+    detail = kill["invariants"]["snake_ordered"]["detail"]
+    assert detail.startswith("transient, held again within ") and "first reading: 1 node(s) out of order: 128:" in detail
+
+
+@pytest.mark.slow
 def test_same_seed_same_json_and_delivery_dips_and_recovers() -> None:
     sc = load_scenario(shipped_scenarios()["root-kill-partitioned"])
     topo = mesh_mixed(40, seed=1)

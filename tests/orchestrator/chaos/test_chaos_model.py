@@ -8,7 +8,7 @@ import random
 import networkx as nx
 import pytest
 
-from orchestrator.chaos.checker import NodeState, PingOutcome, Reconvergence, evaluate, verdict_of
+from orchestrator.chaos.checker import NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, verdict_of
 from orchestrator.chaos.scenario import (
     INVARIANTS,
     ScenarioError,
@@ -206,6 +206,57 @@ def test_nodes_without_state_are_left_out_of_components() -> None:
     g = nx.path_graph(["a", "b", "c"])  # b paused: a and c are judged as two components
     st = _states({"a": 1, "c": 2}, {"a": 1, "c": 2}, {"a": None, "c": None})
     assert verdict_of(evaluate(g, st)) == "pass"
+
+
+def _line(desc: dict[str, int | None]) -> tuple[nx.Graph, dict[str, NodeState]]:
+    """A line a-b-c-d with keys 1-4 (d the root) and the given descending keys."""
+    keys = {"a": 1, "b": 2, "c": 3, "d": 4}
+    return nx.path_graph(["a", "b", "c", "d"]), _states(keys, {n: 4 for n in keys}, desc)
+
+
+ORDERED = {"a": None, "b": 1, "c": 2, "d": 3}
+
+
+def test_a_transient_holds_when_each_node_comes_back_on_its_own_time() -> None:
+    # the first reading: b and c out of order; then b is back while d breaks, then c is back while b breaks again:
+    # the snake is never ordered at one instant, yet every node that was out of order came back within the limit
+    g, first = _line({**ORDERED, "b": None, "c": 1})
+    inv = evaluate(g, first, pings=[PingOutcome("a", "d", "snek", False), PingOutcome("d", "a", "snek", True)])
+    assert not inv["snake_ordered"].ok and not inv["pairs_reachable"].ok
+    watch = TransientWatch.start(100.0, 16.0, g, first, [PingOutcome("a", "d", "snek", False)])
+    assert set(watch.nodes) == {"b", "c"} and watch.lost_pairs() == [("a", "d")] and watch.lost_modes() == ("snek",)
+    watch.read(103.0, *_line({**ORDERED, "c": 1, "d": None}))
+    assert set(watch.nodes) == {"c"} and watch.back == {"b": 3.0}
+    watch.read(107.5, *_line({**ORDERED, "b": None, "d": None}))
+    assert not watch.nodes and watch.back == {"b": 3.0, "c": 7.5} and not watch.settled
+    watch.pinged(108.0, [PingOutcome("a", "d", "snek", True)])
+    assert watch.settled and watch.open(116.0) and not watch.open(116.5)
+    snake = watch.snake_ordered(inv["snake_ordered"])
+    assert snake.ok and snake.held
+    assert snake.detail.startswith("transient, held again within 7.5 s, each of 2 back on its own")
+    assert "first reading: 2 node(s) out of order: b: descending none, expected a" in snake.detail
+    pairs = watch.pairs_reachable(inv["pairs_reachable"])
+    assert pairs.ok and "held again within 8.0 s" in pairs.detail and "a->d (snek)" in pairs.detail
+
+
+def test_a_break_that_outlasts_the_limit_fails_and_names_what_it_kept() -> None:
+    g, first = _line({**ORDERED, "c": 1})
+    inv = evaluate(g, first, pings=[PingOutcome("a", "d", "tree", False)])
+    watch = TransientWatch.start(0.0, 16.0, g, first, [PingOutcome("a", "d", "tree", False)])
+    for t in (4.0, 8.0, 12.0, 16.0):  # c keeps the wrong entry; a ping answered in another mode does not count
+        watch.read(t, *_line({**ORDERED, "c": 1}))
+        watch.pinged(t, [PingOutcome("a", "d", "snek", True), PingOutcome("a", "d", "tree", False)])
+    snake, pairs = watch.snake_ordered(inv["snake_ordered"]), watch.pairs_reachable(inv["pairs_reachable"])
+    assert not snake.ok and not snake.held and "1 node(s) still out of order 16 s later: c" in snake.detail
+    assert snake.detail.startswith(inv["snake_ordered"].detail)
+    assert not pairs.ok and "1 pair(s) still lost 16 s later: a->d (tree)" in pairs.detail
+    # a node that leaves the live graph (killed, paused) is no longer out of order in it
+    gone = {n: s for n, s in first.items() if n != "c"}
+    watch.read(17.0, g, gone)
+    assert not watch.nodes and watch.back == {"c": 17.0}
+    # an invariant that held at the first reading is left as it was
+    ok = evaluate(g, _line(ORDERED)[1])["snake_ordered"]
+    assert watch.snake_ordered(ok) is ok
 
 
 # -- targets ---------------------------------------------------------------------------------------
