@@ -26,6 +26,7 @@ from netem.plan import ShapingBackend
 from node.core.variants import VariantError, VariantSpec
 
 from .backends.docker_net import DEFAULT_POOL, DockerBackendError
+from .backends.inproc import DEFAULT_BOOT_SPREAD_S
 from .monitoring import monitor_docker_run
 from .runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
 from .sim import run_sim_sync
@@ -289,7 +290,8 @@ def _fmt(x: float | None) -> str:
 
 
 def _up_inproc(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, as_json: bool) -> None:
-    cfg = config_from_topology(topo, seed=seed, record=run.path, run_id=run.run_id, max_time_s=max(timeout_s, 60.0))
+    cfg = config_from_topology(topo, seed=seed, record=run.path, run_id=run.run_id, max_time_s=max(timeout_s, 60.0),
+                               boot_spread_s=DEFAULT_BOOT_SPREAD_S)  # fmt: skip
     out = run_sim_sync(cfg)
     out["run_id"] = run.run_id
     if as_json:

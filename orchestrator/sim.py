@@ -57,6 +57,7 @@ class SimConfig:
     link_delay_ms: float = 1.0
     #: each node boots a random time in [0, boot_spread_s) before the links come up (InprocNetwork): 0 puts every
     #: router's timers in lockstep, which big graphs do not survive (docs/performance.md, "A 10 000-node graph")
+    #: (the commands pass DEFAULT_BOOT_SPREAD_S; the library's own default stays the lockstep it always had)
     boot_spread_s: float = 0.0
     max_time_s: float = 600.0
     wire_bytes: bool = False

@@ -12,6 +12,7 @@ from contract.links import LinkShape, link_type_number
 from netem.userspace import shaper_factory
 from node.core.variants import VariantError, VariantSpec
 
+from .backends.inproc import DEFAULT_BOOT_SPREAD_S
 from .cli_options import address_option
 from .sim import SimConfig, run_sim_sync
 from .topology import Topology, TopologyError
@@ -104,7 +105,8 @@ def refused_sentence(refused: list[dict]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--link-delay-ms", type=float, default=1.0, show_default=True,
               help="Mean per-frame delay of each in-memory link (uniform in [0.5, 1.5] x mean).")
-@click.option("--boot-spread", "boot_spread_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
+@click.option("--boot-spread", "boot_spread_s", type=click.FloatRange(min=0), default=DEFAULT_BOOT_SPREAD_S,
+              show_default=True,
               help="Boot each node a random time (from the seed) up to this many seconds before the links come up, "
                    "so the routers' periodic timers are not in lockstep; 0 boots all in the same instant (every "
                    "bootstrap of the network then leaves at once, and graphs of a few thousand nodes stop "

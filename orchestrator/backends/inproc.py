@@ -28,7 +28,7 @@ from node.core.router import MAX_PORTS, Encoded, Router, Timers
 from node.core.types import Frame, LinkType
 from node.core.variants import VariantSpec
 
-__all__ = ["InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
+__all__ = ["DEFAULT_BOOT_SPREAD_S", "InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
 
 LINK_TYPES = {t.name.lower(): int(t) for t in LinkType}
 LINK_TYPES["lan"] = int(LinkType.MULTICAST)
@@ -38,6 +38,12 @@ _FRAME, _TIMER, _CALL = 0, 1, 2
 
 # A link-shaping hook: (now, frame size in bytes) -> arrival time, or None when lost.
 Shaper = Callable[[float, int], "float | None"]
+
+
+#: The boot spread the in-process runs use unless told otherwise (``snekbed sim``, ``chaos`` and ``up --backend
+#: inproc``): each router boots a random time in [0, 1) s before the links come up, so the routers' 1 s SNEK
+#: maintenance ticks, and with them their bootstraps, are not in lockstep (docs/performance.md, "A 10 000-node graph").
+DEFAULT_BOOT_SPREAD_S = 1.0
 
 
 @dataclass(slots=True)

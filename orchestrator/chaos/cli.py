@@ -23,6 +23,7 @@ from node.config import HostPort
 from node.core.variants import VariantError, VariantSpec
 from node.httpserve import serve_app
 
+from ..backends.inproc import DEFAULT_BOOT_SPREAD_S
 from ..cli_options import address_option
 from ..monitoring import RunMetrics, serve_metrics
 from ..runs import create_run, new_run_id, runs_root
@@ -150,6 +151,10 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
 @click.option("--random", "random_n", type=int, default=None, help="run a seeded random schedule of N faults")
 @click.option("--clock", type=click.Choice(["virtual", "real"]), default="virtual", show_default=True,
               help="in-process backend only")
+@click.option("--boot-spread", "boot_spread_s", type=click.FloatRange(min=0), default=DEFAULT_BOOT_SPREAD_S,
+              show_default=True,
+              help="in-process backend only: boot each node a random time (from the seed) up to this many seconds "
+                   "before the links come up, so the routers' timers are not in lockstep; 0 boots all at once")
 @click.option("--record", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="write the run directory here (for `snekbed analyze`); Docker runs always record, under --runs-dir")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -179,7 +184,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
           write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
           prometheus_image: str | None, metrics_at: str | None, view_at: str | None, as_json: bool,
-          list_only: bool) -> None:  # fmt: skip
+          list_only: bool, boot_spread_s: float) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
     if monitoring and backend != "docker":  # swarm too: Prometheus sits on one engine's control network
         raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
@@ -224,7 +229,8 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
 
     out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image, keep=keep,
                   clock=clock, progress=progress, variant=variant, monitoring=monitoring,
-                  prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr)  # fmt: skip
+                  prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
+                  boot_spread_s=boot_spread_s)  # fmt: skip
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
@@ -239,7 +245,8 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
             clock: str = "virtual", progress: Any = None, variant: VariantSpec | None = None,
             ab: dict[str, Any] | None = None, monitoring: bool = False, prometheus_image: str | None = None,
             metrics_at: HostPort | None = None, view_at: HostPort | None = None,
-            removal: DeferredRemoval | None = None) -> dict[str, Any]:  # fmt: skip
+            removal: DeferredRemoval | None = None,
+            boot_spread_s: float = DEFAULT_BOOT_SPREAD_S) -> dict[str, Any]:  # fmt: skip
     """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``.
 
     ``removal`` (Docker): the run returns once its nodes have stopped, and the removal of its containers and
@@ -247,6 +254,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
 
     ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
     ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
+    ``boot_spread_s`` (in process): how far apart the routers boot (InprocChaos).
     """
     variant = variant or VariantSpec()
     t_prepare = time.monotonic()
@@ -259,7 +267,7 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
         metrics = chaos_backend.metrics
     else:
         chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(), scenario_name=sc.name,
-                                    variant=variant, ab=ab)  # fmt: skip
+                                    variant=variant, ab=ab, boot_spread_s=boot_spread_s)  # fmt: skip
         clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
         run_dir = str(record) if record is not None else None
         run_id = record.name if record is not None else sc.name
@@ -286,6 +294,8 @@ def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc",
     out["run_dir"] = run_dir
     out["variant"] = str(variant)
     out["prepare_s"] = round(prepare_s, 3)
+    if backend == "inproc":
+        out["boot_spread_s"] = boot_spread_s
     return out
 
 

@@ -41,7 +41,7 @@ from node.core.router import Timers
 from node.core.variants import VariantSpec
 
 from ..backends.docker_observe import reconvergence_bound_s
-from ..backends.inproc import _FRAME, InprocNetwork, SimNode
+from ..backends.inproc import _FRAME, DEFAULT_BOOT_SPREAD_S, InprocNetwork, SimNode
 from ..observe import ConvergenceTracker, NodeView, router_views
 from ..record import RunRecorder, new_run_id, versions
 from ..sim_cli import link_options
@@ -75,11 +75,14 @@ class InprocChaos:
         planted_bug: str | None = None,
         variant: VariantSpec | None = None,
         ab: dict[str, Any] | None = None,
+        boot_spread_s: float = DEFAULT_BOOT_SPREAD_S,
     ) -> None:
         """``record``: write a run directory there (run-dataset contract). ``declared``: the nodes and links
         the scenario's join steps add (Scenario.declared), so the run's topology.json names them.
         ``variant``: every node's protocol variant and knobs unless its topology entry says otherwise.
-        ``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab``)."""
+        ``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab``).
+        ``boot_spread_s``: each router boots a random time (from the seed) up to this long before the links
+        come up (InprocNetwork); 0 boots them all in one instant, their timers in lockstep."""
         self.topology = topology
         self.seed = seed
         #: TEST ONLY: a deliberate defect the tests of the random nemesis must find. "restart_keeps_state":
@@ -95,7 +98,7 @@ class InprocChaos:
         self.ab = ab
         self.net = InprocNetwork(nodes, [], seed=seed, link_delay_ms=link_delay_ms, key_seeds=key_seeds,
                                  detail_events=detail_events, timers=timers, variant=self.variant,
-                                 variants=variants)  # fmt: skip
+                                 variants=variants, boot_spread_s=boot_spread_s)  # fmt: skip
         self.timers = timers
         # every link the run wants: spec index -> (a, b, class, connect options); lid when made
         self.specs: list[tuple[str, str, str, dict[str, Any]]] = []
@@ -138,6 +141,7 @@ class InprocChaos:
         meta = {
             "run_id": run_id or new_run_id(), "backend": "inproc", "variant": str(self.variant), "topology": name,
             "seed": self.seed, "clock": "virtual", "link_delay_ms": self.net.link_delay_s * 1000,
+            "boot_spread_s": self.net.boot_spread_s,
             "nodes": {n: self._identity(n).public_key.hex() for n in nodes},
             "links": [{"a": a, "b": b, "class": c, "shaping_backend": "userspace"} for a, b, c in links],
             "versions": versions(), "started_wall_ts": 1_700_000_000.0, "scenario": scenario_name,
