@@ -2,7 +2,8 @@
 // snekbed's interoperability check (scripts/interop/run.py, docs/interop.md). snekbed's own code; it uses
 // only the reference's public API and is built against a checkout of the reference that the user supplies.
 //
-// It peers over TCP (listens, and dials -connect), serves the reference's manhole (its JSON state) over HTTP,
+// It peers over TCP (listens, and dials -connect; with -multicast it also discovers LAN peers with the
+// reference's multicast package, Appendix A of PROTOCOL.md), serves the reference's manhole (its JSON state) over HTTP,
 // answers pings and pings others with the reference simulator's convention (PROTOCOL.md section 8: a 75-byte
 // "pineping" payload in a Traffic frame; every node that forwards a ping increments its hop count).
 //
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/matrix-org/pinecone/multicast"
 	"github.com/matrix-org/pinecone/router"
 	"github.com/matrix-org/pinecone/types"
 )
@@ -37,6 +39,7 @@ func main() {
 	seed := flag.String("seed", "", "ed25519 seed, 64 hex digits (random if empty)")
 	manhole := flag.String("manhole", "127.0.0.1:0", "HTTP address of the manhole (the router's JSON state)")
 	pingTo := flag.String("ping", "", "comma-separated hex keys to ping once a second")
+	lan := flag.Bool("multicast", false, "LAN discovery on every suitable interface (the reference's multicast package)")
 	flag.Parse()
 
 	var sk ed25519.PrivateKey
@@ -64,6 +67,9 @@ func main() {
 		return false
 	})
 
+	if *lan {
+		multicast.NewMulticast(logger, r).Start()
+	}
 	peers, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatal(err)

@@ -5,7 +5,7 @@
 Builds ``refnode`` (scripts/interop/refnode.go: a node on the reference's router) against a checkout of
 github.com/matrix-org/pinecone (``--pinecone-src``): with ``--gopath DIR``, offline in GOPATH mode (DIR/src
 holds github.com/Arceliar/phony, go.uber.org/atomic and github.com/gorilla/websocket, the router's only
-dependencies); without it, as a Go module (the Go module proxy must be reachable). Needs ``go`` (Debian's
+dependencies, plus golang.org/x/net and golang.org/x/sys for the multicast package); without it, as a Go module (the Go module proxy must be reachable). Needs ``go`` (Debian's
 golang-go is enough).
 
 Then, on 127.0.0.1 only, it starts ``--ours`` snekbed nodes (``snekbed node``) and ``--theirs`` reference
@@ -20,8 +20,14 @@ without cutting it), and checks, in order:
 4. the root killed twice (the highest and then the next highest key, whichever implementation runs them):
    re-convergence, and snekbed's pings again.
 
+With ``--lan`` (root, ``ip netns``), LAN discovery instead: a snekbed node and a reference node in two
+network namespaces joined by a veth pair, each with multicast discovery only (no configured peer), must
+find each other (Appendix A of PROTOCOL.md), peer once, as a multicast link on both sides, and answer each
+other's pings.
+
 Prints a table (or one JSON object with ``--json``: ``verdict``, ``converged_s``, ``pings_ours``,
-``pings_reference``, ``root_kills``) and exits 0 when every check passed, 1 otherwise, 2 on a setup error.
+``pings_reference``, ``root_kills``; with ``--lan``: ``verdict``, ``lan``) and exits 0 when every check
+passed, 1 otherwise, 2 on a setup error.
 Every process it starts is stopped at the end. docs/interop.md has a measured run.
 """
 
@@ -273,6 +279,80 @@ def run(net: Network, window_s: float, within_s: float) -> dict:
     return out
 
 
+def _sh(*cmd: str) -> None:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SetupError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
+
+
+def _in_ns(ns: str, *cmd: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *cmd]
+
+
+def lan_check(refnode: Path, logs: Path, wait_s: float) -> dict:
+    """A snekbed node and a reference node, multicast discovery only, on two ends of a veth pair."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        raise SetupError("--lan needs root and iproute2 (network namespaces)")
+    tag = f"sbi{os.getpid() % 100000}"
+    ns_ours, ns_ref = f"{tag}-ours", f"{tag}-ref"
+    procs: list[subprocess.Popen] = []
+    made: list[str] = []
+    try:
+        for ns in (ns_ours, ns_ref):
+            _sh("ip", "netns", "add", ns)
+            made.append(ns)
+        _sh("ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b")
+        for ns, dev, addr in ((ns_ours, f"{tag}a", "10.213.0.1/24"), (ns_ref, f"{tag}b", "10.213.0.2/24")):
+            _sh("ip", "link", "set", dev, "netns", ns)
+            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        seed = hashlib.sha256(b"snekbed-interop-lan-ours").hexdigest()
+        ours_key = Identity(bytes.fromhex(seed)).public_key.hex()
+        procs.append(subprocess.Popen(_in_ns(ns_ours, str(REPO / ".venv" / "bin" / "snekbed"), "node", "--listen",
+                                             "0.0.0.0:7000", "--multicast", f"{tag}a", "--admin", "127.0.0.1:8080",
+                                             "--metrics", "off", "--key-seed", seed, "--name", "ours"),
+                                      stdout=open(logs / "lan-ours.log", "w"), stderr=subprocess.STDOUT))  # fmt: skip
+        ref = subprocess.Popen(_in_ns(ns_ref, str(refnode), "-multicast", "-listen", "127.0.0.1:0", "-manhole",
+                                      "127.0.0.1:7777", "-ping", ours_key),
+                               stdout=subprocess.PIPE, stderr=open(logs / "lan-ref.log", "w"), text=True)  # fmt: skip
+        procs.append(ref)
+        assert ref.stdout is not None
+        ref_key = ref.stdout.readline().split()[1]
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(ref.stdout), daemon=True).start()
+        time.sleep(wait_s)
+
+        def curl(ns: str, *args: str) -> dict:
+            proc = subprocess.run(_in_ns(ns, "curl", "-s", "--max-time", "20", *args), capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SetupError(f"curl in {ns} failed: {proc.stderr.strip()}")
+            return json.loads(proc.stdout)
+
+        state = curl(ns_ours, "http://127.0.0.1:8080/state")
+        ping = curl(ns_ours, "-XPOST", "http://127.0.0.1:8080/ping", "-H", "content-type: application/json", "-d",
+                    json.dumps({"key": ref_key, "mode": "snek", "count": 3, "timeout_s": 3}))  # fmt: skip
+        manhole = curl(ns_ref, "http://127.0.0.1:7777/")
+        ours_peers = [(p["key"], p["class"]) for p in state["peers"]]
+        ref_peers = [(k, p.get("type")) for k, ps in manhole["peers"].items() for p in ps if p.get("port")]
+        pongs = [line for line in list(lines) if line.startswith("PONG") and line.split()[1] == ours_key]
+        out = {"ours_peers": ours_peers, "reference_peers": ref_peers, "pings_ours": ping,
+               "pongs_reference": len(pongs), "seconds": wait_s}
+        ok = ours_peers == [(ref_key, "multicast")] and [k for k, _ in ref_peers] == [ours_key]
+        ok = ok and ping["received"] == ping["sent"] and len(pongs) >= wait_s / 2
+        return {"lan": out, "verdict": "pass" if ok else "fail"}
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # the veth pair goes with them
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pinecone-src", type=Path, required=True, help="a checkout of github.com/matrix-org/pinecone")
@@ -282,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=20.0, help="seconds of reference pings that must all be answered")
     p.add_argument("--within", type=float, default=60.0, help="seconds allowed for each convergence")
     p.add_argument("--keep-logs", type=Path, help="write the nodes' logs here (default: a temporary directory)")
+    p.add_argument("--lan", action="store_true",
+                   help="LAN discovery instead: one node of each, multicast only, two namespaces (root)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
     if a.ours < 1 or a.theirs < 1 or a.ours + a.theirs < 4:
@@ -291,16 +373,27 @@ def main(argv: list[str] | None = None) -> int:
         logs = a.keep_logs or work / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         try:
-            net = Network(build_refnode(a.pinecone_src, a.gopath, work), a.ours, a.theirs, logs)
-            try:
-                out = run(net, a.window, a.within)
-            finally:
-                net.stop()
+            refnode = build_refnode(a.pinecone_src, a.gopath, work)
+            if a.lan:
+                out = lan_check(refnode, logs, a.window)
+            else:
+                net = Network(refnode, a.ours, a.theirs, logs)
+                try:
+                    out = run(net, a.window, a.within)
+                finally:
+                    net.stop()
         except SetupError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     if a.json:
         print(json.dumps(out, indent=1))
+    elif a.lan:
+        lan = out["lan"]
+        print(f"snekbed node's peers: {lan['ours_peers']}")
+        print(f"reference node's peers (key, peer type): {lan['reference_peers']}")
+        print(f"snekbed pings: {lan['pings_ours']['received']}/{lan['pings_ours']['sent']}; reference pings answered "
+              f"in {lan['seconds']:g} s: {lan['pongs_reference']}")
+        print(f"verdict: {out['verdict']}")
     else:
         po, pr = out["pings_ours"], out["pings_reference"]
         nodes = ", ".join(f"{n} ({v['implementation']})" for n, v in out["nodes"].items())
