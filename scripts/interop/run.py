@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/interop/run.py --pinecone-src DIR [--gopath DIR] [--ours 4] [--theirs 4] [--json]
 
-Builds ``refnode`` (scripts/interop/refnode.go: a node on the reference's router) against a checkout of
+Builds ``refnode`` (scripts/interop/refnode/main.go: a node on the reference's router) against a checkout of
 github.com/matrix-org/pinecone (``--pinecone-src``): with ``--gopath DIR``, offline in GOPATH mode (DIR/src
 holds github.com/Arceliar/phony, go.uber.org/atomic and github.com/gorilla/websocket, the router's only
 dependencies, plus golang.org/x/net and golang.org/x/sys for the multicast package); without it, as a Go module (the Go module proxy must be reachable). Needs ``go`` (Debian's
@@ -60,28 +60,30 @@ class SetupError(Exception):
     pass
 
 
-def build_refnode(pinecone_src: Path, gopath: Path | None, work: Path) -> Path:
-    """Build refnode.go against ``pinecone_src``; return the binary."""
+def build_refnode(pinecone_src: Path, gopath: Path | None, work: Path, program: str = "refnode") -> Path:
+    """Build ``program`` (refnode/main.go, or refsim/main.go) against ``pinecone_src``; return the binary."""
     go = shutil.which("go")
     if go is None:
         raise SetupError("`go` is not installed (Debian: apt-get install golang-go)")
     if not (pinecone_src / "router" / "router.go").is_file():
         raise SetupError(f"{pinecone_src} is not a checkout of github.com/matrix-org/pinecone (no router/router.go)")
-    out = work / "refnode"
+    out = work / program
+    work = work / f"build-{program}"
+    work.mkdir()
     env = {**os.environ, "GOFLAGS": "", "GOCACHE": str(work / "gocache")}
     if gopath is not None:
         tree = work / "gopath" / "src"
         (tree / "github.com" / "matrix-org").mkdir(parents=True)
         (tree / "github.com" / "matrix-org" / "pinecone").symlink_to(pinecone_src.resolve())
-        (tree / "snekbed-refnode").mkdir()
-        shutil.copy(HERE / "refnode.go", tree / "snekbed-refnode" / "main.go")
+        (tree / f"snekbed-{program}").mkdir()
+        shutil.copy(HERE / program / "main.go", tree / f"snekbed-{program}" / "main.go")
         env.update(GO111MODULE="off", GOPATH=f"{tree.parent}{os.pathsep}{gopath.resolve()}")
-        cmds, cwd = [[go, "build", "-o", str(out), "."]], tree / "snekbed-refnode"
+        cmds, cwd = [[go, "build", "-o", str(out), "."]], tree / f"snekbed-{program}"
     else:
         mod = work / "module"
         mod.mkdir()
-        shutil.copy(HERE / "refnode.go", mod / "main.go")
-        (mod / "go.mod").write_text("module snekbed-refnode\n\ngo 1.18\n\nrequire github.com/matrix-org/pinecone v0.0.0\n\n"
+        shutil.copy(HERE / program / "main.go", mod / "main.go")
+        (mod / "go.mod").write_text(f"module snekbed-{program}\n\ngo 1.18\n\nrequire github.com/matrix-org/pinecone v0.0.0\n\n"
                                     f"replace github.com/matrix-org/pinecone => {pinecone_src.resolve()}\n")
         cmds, cwd = [[go, "mod", "tidy"], [go, "build", "-o", str(out), "."]], mod
     for cmd in cmds:
