@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from orchestrator.backends.docker import DockerBackend
+
 
 def build_test_image(client: object) -> str:
     """Build (or reuse) the node image for the tests; return its tag. Also tags snekbed-node:latest."""
@@ -23,3 +25,23 @@ def labelled(client: object, label: str) -> tuple[int, int]:
     """(containers, networks) carrying ``label`` (``key=value`` or ``key``)."""
     api = client.api  # type: ignore[attr-defined]
     return (len(api.containers(all=True, filters={"label": label})), len(api.networks(filters={"label": label})))
+
+
+def left_behind(client: object, run_id: str) -> str:
+    """'' when nothing labelled ``snekbed.run=<run_id>`` is left; else what was left, described (each network with
+    the containers the engine still lists on it, and what a removal then reported), after removing it: a failing
+    test leaves nothing behind either. Tests call it in ``finally`` and assert on it after the ``try`` block, so a
+    leftover never hides the failure that caused it."""
+    label = f"snekbed.run={run_id}"
+    api = client.api  # type: ignore[attr-defined]
+    containers = api.containers(all=True, filters={"label": label})
+    networks = api.networks(filters={"label": label})
+    if not containers and not networks:
+        return ""
+    found = [f"container {'/'.join(c.get('Names') or [c['Id'][:12]])} ({c.get('State')})" for c in containers]
+    for net in networks:
+        attached = sorted((api.inspect_network(net["Id"]).get("Containers") or {}).values(), key=str)
+        found.append(f"network {net['Name']} with {[a.get('Name') for a in attached]} attached")
+    report = DockerBackend(client).down(run_id)  # type: ignore[arg-type]
+    return (f"left behind by run {run_id}: {'; '.join(found)}; removing them then left "
+            f"{report.containers_left} container(s) and {report.networks_left} network(s), errors: {report.errors}")

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.capture import TSHARK_ARGS, check_capture, dissector_path
 from tests.ci import REPO, need
-from tests.orchestrator.docker_helpers import labelled
+from tests.orchestrator.docker_helpers import left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -74,9 +74,10 @@ def test_capture_of_a_docker_run_through_a_root_kill_decodes_alike(client: objec
         assert {"traffic", "tree_announcement", "bootstrap", "keepalive"} <= set(result.by_type), result.to_dict()
         assert len(_roots(pcap)) >= 2  # announcements of the killed root's successor, then of the old root again
     finally:
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id, "--runs-dir", str(runs)],
-                       capture_output=True, cwd=REPO, timeout=300)  # fmt: skip
-        assert labelled(client, f"snekbed.run={run_id}") == (0, 0)
+        gone = subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id,
+                               "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO, timeout=300)
+        left = left_behind(client, run_id)
+    assert not left, left + "\n" + gone.stderr[-2000:]
 
 
 def test_a_legacy_variant_capture_decodes_alike(client: object, image: str, tmp_path: Path) -> None:
@@ -112,6 +113,7 @@ def test_a_legacy_variant_capture_decodes_alike(client: object, image: str, tmp_
                               capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
         assert caps and set(caps) == {"0x8000003b"}
     finally:
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id, "--runs-dir", str(runs)],
-                       capture_output=True, cwd=REPO, timeout=300)  # fmt: skip
-        assert labelled(client, f"snekbed.run={run_id}") == (0, 0)
+        gone = subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id,
+                               "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO, timeout=300)
+        left = left_behind(client, run_id)
+    assert not left, left + "\n" + gone.stderr[-2000:]

@@ -22,7 +22,7 @@ import pytest
 from orchestrator.dashboards import DEFAULT_DIR, metric_names, substitute, targets
 from orchestrator.image import build_prometheus_image
 from tests.ci import need
-from tests.orchestrator.docker_helpers import labelled
+from tests.orchestrator.docker_helpers import left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.prometheus, pytest.mark.slow]
 
@@ -85,9 +85,11 @@ def monitored_run(client: object, image: str, tmp_path_factory: pytest.TempPathF
                "end": time.time()}
     finally:
         if run_id is not None:
-            subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id,
-                            "--runs-dir", str(tmp / "runs")], capture_output=True, text=True, cwd=REPO, timeout=300)
-            assert labelled(client, f"snekbed.run={run_id}") == (0, 0)
+            gone = subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id,
+                                   "--runs-dir", str(tmp / "runs")], capture_output=True, text=True, cwd=REPO,
+                                  timeout=300)  # fmt: skip
+        left = left_behind(client, run_id) if run_id is not None else ""
+    assert not left, left + "\n" + gone.stderr[-2000:]
 
 
 def _fault(run: dict[str, Any], action: str) -> float:
@@ -212,6 +214,7 @@ def test_up_with_monitoring_starts_prometheus_for_the_run_and_down_removes_it(cl
         assert all(t["labels"]["run"] == out["run_id"] for t in active if t["labels"]["job"] == "snek-nodes")
     finally:
         if out.get("run_id"):
-            subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", out["run_id"],
-                            "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO, timeout=300)
-            assert labelled(client, f"snekbed.run={out['run_id']}") == (0, 0)
+            gone = subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", out["run_id"],
+                                   "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO, timeout=300)
+        left = left_behind(client, out["run_id"]) if out.get("run_id") else ""
+    assert not left, left + "\n" + gone.stderr[-2000:]

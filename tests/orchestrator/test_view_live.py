@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.docker_helpers import labelled
+from tests.orchestrator.docker_helpers import left_behind
 from tests.orchestrator.view_helpers import REPO, body, chromium, highest, screenshot, served, wait_page
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -91,4 +91,5 @@ def test_live_view_of_a_docker_run_moves_the_root_mark_after_kill_root(client: o
                     kill.wait()
     finally:
         _cli("down", "--run-id", run_id, "--runs-dir", str(runs), timeout=300)
-        assert labelled(client, f"snekbed.run={run_id}") == (0, 0)
+        left = left_behind(client, run_id)
+    assert not left, left

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.chaos.scenario import INVARIANTS
 from tests.orchestrator.chaos.test_chaos_inproc import SEQUENCE
-from tests.orchestrator.docker_helpers import labelled
+from tests.orchestrator.docker_helpers import labelled, left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -71,8 +71,8 @@ def test_mesh12_goes_through_every_fault_on_docker(client: object, image: str, t
             assert kind in actions, (kind, actions)
         assert len((run_dir / "pings.jsonl").read_text().splitlines()) >= out["traffic"]["sent"]
     finally:
-        if out.get("run_dir"):
-            assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
+        left = left_behind(client, _run_id(out)) if out.get("run_dir") else ""
+    assert not left, left + "\n" + done.stderr[-3000:]
 
 
 def test_a_reference_sequence_runs_on_docker(client: object, image: str, tmp_path: Path) -> None:
@@ -86,8 +86,8 @@ def test_a_reference_sequence_runs_on_docker(client: object, image: str, tmp_pat
         assert actions.count("join") == 10 and "adversary" in actions
         assert out["traffic"]["delivered"] > 0
     finally:
-        if out.get("run_dir"):
-            assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
+        left = left_behind(client, _run_id(out)) if out.get("run_dir") else ""
+    assert not left, left + "\n" + done.stderr[-3000:]
 
 
 VARIANT_SCENARIO = """\
@@ -125,8 +125,8 @@ def test_each_variant_runs_mesh12_on_docker(variant: str, client: object, image:
         modes = {json.loads(ln)["mode"] for ln in (run_dir / "pings.jsonl").read_text().splitlines()}
         assert modes == {"snek", "tree"}, modes
     finally:
-        if out.get("run_dir"):
-            assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
+        left = left_behind(client, _run_id(out)) if out.get("run_dir") else ""
+    assert not left, left + "\n" + done.stderr[-3000:]
 
 
 REMOVAL_SCENARIO = """\
