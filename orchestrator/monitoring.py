@@ -49,7 +49,7 @@ from prometheus_client.registry import Collector
 
 from contract.dataset import DISRUPTIVE_ACTIONS
 
-from .backends.docker_net import LABEL_NODE, LABEL_ROLE, LABEL_RUN, AddressPlan
+from .backends.docker_net import ENDPOINT_CHANGES, LABEL_NODE, LABEL_ROLE, LABEL_RUN, AddressPlan
 
 if TYPE_CHECKING:
     import docker
@@ -241,7 +241,8 @@ def start_prometheus(client: docker.DockerClient, run_id: str, *, image: str, ne
     cid = created["Id"]
     try:
         api.put_archive(cid, "/etc", _tar_one("snekbed/prometheus.yml", config.encode()))
-        api.start(cid)
+        with ENDPOINT_CHANGES:
+            api.start(cid)
         port = api.inspect_container(cid)["NetworkSettings"]["Ports"][f"{PROMETHEUS_PORT}/tcp"][0]["HostPort"]
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, timeout_s)

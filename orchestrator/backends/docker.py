@@ -59,6 +59,7 @@ from orchestrator.topology import Topology
 
 from .docker_net import (
     DEFAULT_POOL,
+    ENDPOINT_CHANGES,
     LABEL_LINK,
     LABEL_NODE,
     LABEL_ROLE,
@@ -477,7 +478,8 @@ class DockerBackend:
                 api.connect_container_to_network(cid, net_ids[ln.net.name], ipv4_address=ln.net.members[launch.name])
             if launch.lan_ip is not None and plan.lan is not None:
                 api.connect_container_to_network(cid, net_ids[plan.lan.name], ipv4_address=launch.lan_ip)
-            api.start(cid)
+            with ENDPOINT_CHANGES:
+                api.start(cid)
         except docker.errors.APIError as exc:
             raise DockerBackendError(f"starting node {launch.name} (image {image}) failed: "
                                      f"{exc.explanation or exc}") from exc
@@ -531,7 +533,8 @@ class DockerBackend:
         if c is None:
             raise DockerBackendError(f"run {run_id}: no container for node {node!r}")
         try:
-            self.api.kill(c["Id"])
+            with ENDPOINT_CHANGES:  # SIGKILL: the engine answers once the container's endpoints are gone
+                self.api.kill(c["Id"])
         except docker.errors.APIError as exc:
             raise DockerBackendError(f"run {run_id}: killing {node} failed: {exc.explanation or exc}") from exc
         return str(c["Id"])
@@ -571,7 +574,9 @@ class DockerBackend:
         if not running:
             return 0
         deadline = time.monotonic() + timeout_s
-        with ThreadPoolExecutor(max_workers=max(self.workers, len(running)), thread_name_prefix="snekbed-stop") as pool:
+        # the exits remove endpoints side by side: nothing of this process adds one meanwhile (ENDPOINT_CHANGES)
+        with ENDPOINT_CHANGES, ThreadPoolExecutor(max_workers=max(self.workers, len(running)),
+                                                  thread_name_prefix="snekbed-stop") as pool:
             list(pool.map(terminate, running))
             list(pool.map(wait, running))
         return len(self.api.containers(filters={"label": label, "status": "running"}))
@@ -584,6 +589,10 @@ class DockerBackend:
         time, then labelled volumes. Never raises for engine errors: they are in
         ``report.errors``; ``containers_left``/``networks_left`` say what survived.
         """
+        with ENDPOINT_CHANGES:  # no endpoint of this process is added while the run's go (docker_net)
+            return self._down(run_id)
+
+    def _down(self, run_id: str | None) -> DownReport:
         import docker.errors
 
         label = f"{LABEL_RUN}={run_id}" if run_id else LABEL_RUN

@@ -48,7 +48,7 @@ from node.core.router import Timers
 from node.core.variants import VariantSpec
 
 from ..backends.docker import DockerBackend
-from ..backends.docker_net import AddressPlan
+from ..backends.docker_net import ENDPOINT_CHANGES, AddressPlan
 from ..backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
 from ..backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
 from ..monitoring import RunMetrics, RunMonitoring, monitor_docker_run
@@ -237,6 +237,12 @@ class DockerChaos:
     async def _docker(self, fn: Any, *args: Any) -> Any:
         return await trio.to_thread.run_sync(fn, *args)
 
+    @staticmethod
+    def _endpoints(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, an engine call that adds or removes endpoints, with ENDPOINT_CHANGES held."""
+        with ENDPOINT_CHANGES:
+            return fn(*args, **kwargs)
+
     def _no_host(self, name: str, fault: str) -> None:
         """Raise TargetError for a fault that needs the node's container when ``name`` is a host node."""
         if name in self.hosts:
@@ -368,8 +374,9 @@ class DockerChaos:
             if name in self.hosts:  # its end is the host's bridge address: cutting the container's end cuts the link
                 continue
             try:  # the container is looked up in the thread too: links of a partition are cut concurrently
-                await self._docker(lambda name=name: self.docker.api.disconnect_container_from_network(
-                    self._cid(name), self.net_ids[ln.net.name], force=True))  # fmt: skip
+                await self._docker(lambda name=name: self._endpoints(self.docker.api.disconnect_container_from_network,
+                                                                     self._cid(name), self.net_ids[ln.net.name],
+                                                                     force=True))  # fmt: skip
             except Exception as exc:  # a stopped container may already be off the network
                 if "is not connected" not in str(exc):
                     raise
@@ -382,8 +389,9 @@ class DockerChaos:
             if name in self.hosts:
                 continue
             try:
-                await self._docker(lambda name=name: self.docker.api.connect_container_to_network(
-                    self._cid(name), self.net_ids[ln.net.name], ipv4_address=ln.net.members[name]))  # fmt: skip
+                await self._docker(lambda name=name: self._endpoints(self.docker.api.connect_container_to_network,
+                                                                     self._cid(name), self.net_ids[ln.net.name],
+                                                                     ipv4_address=ln.net.members[name]))  # fmt: skip
             except Exception as exc:
                 if "already exists" not in str(exc):
                     raise
@@ -450,7 +458,7 @@ class DockerChaos:
         self._no_host(name, "restart")
         if name not in self.stopped:
             await self.kill(name)
-        await self._docker(self.docker.api.start, self._cid(name))
+        await self._docker(self._endpoints, self.docker.api.start, self._cid(name))
         self.stopped.discard(name)
         self.removed.discard(name)
         await self._wait_admin(name)

@@ -83,8 +83,8 @@ class SwarmChaos(DockerChaos):
         if ln.dialer not in self.stopped and ln.dialer not in self.removed:
             cid = self._cid(ln.dialer)
             try:
-                await self._docker(lambda: self.docker.api.disconnect_container_from_network(
-                    cid, self.net_ids[ln.net.name], force=True))  # fmt: skip
+                await self._docker(lambda: self._endpoints(self.docker.api.disconnect_container_from_network,
+                                                           cid, self.net_ids[ln.net.name], force=True))  # fmt: skip
             except Exception as exc:
                 if "is not connected" not in str(exc):
                     raise
@@ -96,8 +96,9 @@ class SwarmChaos(DockerChaos):
         if ln.dialer not in self.stopped and ln.dialer not in self.removed:
             cid = self._cid(ln.dialer)
             try:
-                await self._docker(lambda: self.docker.api.connect_container_to_network(
-                    cid, self.net_ids[ln.net.name], aliases=[link_alias(ln.index, ln.dialer)]))  # fmt: skip
+                await self._docker(lambda: self._endpoints(self.docker.api.connect_container_to_network,
+                                                           cid, self.net_ids[ln.net.name],
+                                                           aliases=[link_alias(ln.index, ln.dialer)]))  # fmt: skip
             except Exception as exc:
                 if "already exists" not in str(exc):
                     raise
