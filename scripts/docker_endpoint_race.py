@@ -13,7 +13,8 @@ moment: the network then "has active endpoints" with none attached, and only an 
 Everything is labelled ``snekbed.probe=endpoint-race`` and removed at the end; a network the engine refuses to
 remove is reported with its id (restart the engine, then ``docker network rm ID``). Exit status 1 when a network
 got stuck. Measured on this machine (Docker 20.10.24, 2 cores): without --serialize, 1 stuck network in 25
-rounds of 12 containers; none in 40 rounds of 16 containers started at once, nor of 16 killed at once.
+rounds of 12 containers (none in 30 with --serialize); none in 40 rounds of 16 containers started at once, nor of
+16 killed at once.
 """
 
 from __future__ import annotations
