@@ -8,6 +8,8 @@ while others edit a shared checkout).
 from __future__ import annotations
 
 import os
+import warnings
+from pathlib import Path
 
 from orchestrator.backends.docker import DockerBackend
 
@@ -27,11 +29,22 @@ def labelled(client: object, label: str) -> tuple[int, int]:
     return (len(api.containers(all=True, filters={"label": label})), len(api.networks(filters={"label": label})))
 
 
+#: Networks the engine would not remove although none is attached (docker_net: a stale endpoint count, a Docker 20.10
+#: defect only an engine restart clears), one id per line, from every xdist worker: tests/conftest.py restarts the
+#: engine at the end of a CI session and removes them, and fails the session if that does not work.
+STALE_NETWORKS_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / "snekbed-tests-stale-networks.txt"
+STALE = "the engine's endpoint count for this network is stale"
+
+
 def left_behind(client: object, run_id: str) -> str:
     """'' when nothing labelled ``snekbed.run=<run_id>`` is left; else what was left, described (each network with
     the containers the engine still lists on it, and what a removal then reported), after removing it: a failing
     test leaves nothing behind either. Tests call it in ``finally`` and assert on it after the ``try`` block, so a
-    leftover never hides the failure that caused it."""
+    leftover never hides the failure that caused it.
+
+    The one thing it lets pass is a network that a fresh removal still cannot remove while the engine lists nothing
+    on it and says it "has active endpoints" (``remove_networks`` names that a stale count): that is the engine's
+    defect, not a leftover of the code under test. Its id goes to STALE_NETWORKS_FILE for the session's end."""
     label = f"snekbed.run={run_id}"
     api = client.api  # type: ignore[attr-defined]
     containers = api.containers(all=True, filters={"label": label})
@@ -43,5 +56,13 @@ def left_behind(client: object, run_id: str) -> str:
         attached = sorted((api.inspect_network(net["Id"]).get("Containers") or {}).values(), key=str)
         found.append(f"network {net['Name']} with {[a.get('Name') for a in attached]} attached")
     report = DockerBackend(client).down(run_id)  # type: ignore[arg-type]
-    return (f"left behind by run {run_id}: {'; '.join(found)}; removing them then left "
-            f"{report.containers_left} container(s) and {report.networks_left} network(s), errors: {report.errors}")
+    stale = [n for n in api.networks(filters={"label": label}) if any(
+        STALE in e and n["Name"] in e for e in report.errors)]  # fmt: skip
+    if containers or len(stale) != report.networks_left or len(stale) != len(networks):
+        return (f"left behind by run {run_id}: {'; '.join(found)}; removing them then left "
+                f"{report.containers_left} container(s) and {report.networks_left} network(s), errors: {report.errors}")
+    with STALE_NETWORKS_FILE.open("a") as f:
+        f.writelines(f"{n['Id']}\n" for n in stale)
+    warnings.warn(f"run {run_id}: the engine kept {len(stale)} network(s) with a stale endpoint count "
+                  f"({', '.join(n['Name'] for n in stale)}); removed at the end of the session", stacklevel=2)
+    return ""
