@@ -168,4 +168,5 @@ def test_a_deferred_removal_returns_with_the_nodes_stopped_and_removes_them_besi
     finally:
         removal.wait()
     assert removal.took_s is not None and removal.took_s > 0
-    assert labelled(client, f"snekbed.run={_run_id(out)}") == (0, 0)
+    left = left_behind(client, _run_id(out))
+    assert not left, left
