@@ -59,6 +59,7 @@ __all__ = [
     "ENDPOINT_CHANGES",
     "create_networks",
     "remove_networks",
+    "STALE_COUNT",
     "network_name",
 ]
 
@@ -71,6 +72,9 @@ LABEL_ROLE = "snekbed.role"
 LABEL_LINK = "snekbed.link"
 REMOVE_ATTEMPTS = 6
 REMOVE_BACKOFF_S = 0.25
+#: What ``remove_networks`` adds to a removal's error when the engine refuses it for "active endpoints" and lists
+#: none attached: the engine's endpoint count is stale (see ENDPOINT_CHANGES). Scripts and tests match on it.
+STALE_COUNT = "the engine's endpoint count for this network is stale"
 
 #: Held around every engine call of this process that adds or removes endpoints of a run's networks while other
 #: such calls could run: starting a container, SIGKILL (the engine returns once the container's endpoints are
@@ -397,8 +401,8 @@ def remove_networks(client: docker.DockerClient, label_filter: str, errors: list
         if _remove_with_retry(remove, f"network {name}", errors):
             removed += 1
         elif "active endpoints" in errors[-1] and not _attached(client, net_id):
-            errors[-1] += (" (none attached: the engine's endpoint count for this network is stale, a Docker 20.10 "
-                           "defect, moby#42119; only restarting the engine clears it)")
+            errors[-1] += (f" (none attached: {STALE_COUNT}, a Docker 20.10 defect, moby#42119; only restarting the "
+                           f"engine clears it)")
     return removed
 
 

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.backends.docker_net import STALE_COUNT
 
 
 def build_test_image(client: object) -> str:
@@ -33,7 +34,6 @@ def labelled(client: object, label: str) -> tuple[int, int]:
 #: defect only an engine restart clears), one id per line, from every xdist worker: tests/conftest.py restarts the
 #: engine at the end of a CI session and removes them, and fails the session if that does not work.
 STALE_NETWORKS_FILE = Path(os.environ.get("TMPDIR", "/tmp")) / "snekbed-tests-stale-networks.txt"
-STALE = "the engine's endpoint count for this network is stale"
 
 
 def left_behind(client: object, run_id: str) -> str:
@@ -57,7 +57,7 @@ def left_behind(client: object, run_id: str) -> str:
         found.append(f"network {net['Name']} with {[a.get('Name') for a in attached]} attached")
     report = DockerBackend(client).down(run_id)  # type: ignore[arg-type]
     stale = [n for n in api.networks(filters={"label": label}) if any(
-        STALE in e and n["Name"] in e for e in report.errors)]  # fmt: skip
+        STALE_COUNT in e and n["Name"] in e for e in report.errors)]  # fmt: skip
     if containers or len(stale) != report.networks_left or len(stale) != len(networks):
         return (f"left behind by run {run_id}: {'; '.join(found)}; removing them then left "
                 f"{report.containers_left} container(s) and {report.networks_left} network(s), errors: {report.errors}")
