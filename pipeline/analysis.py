@@ -39,7 +39,7 @@ from pipeline import io, report, schemas
 from pipeline.errors import PipelineError
 from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, overhead
 
-__all__ = ["AB_FILE", "AnalysisResult", "ReconciliationError", "analyze", "load_ab"]
+__all__ = ["AB_FILE", "AnalysisResult", "ReconciliationError", "analyze", "in_memory_default", "load_ab"]
 
 Progress = Callable[[str, str], None]
 
@@ -77,8 +77,8 @@ class AnalysisResult:
         return ab.summary_text(self.ab)
 
 
-def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames, out: Path,
-            tables: dict[str, str], workers: int) -> DataFrame:  # fmt: skip
+def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames, store: io.TableStore,
+            workers: int) -> DataFrame:  # fmt: skip
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
     file. The per-run tables, the events, the actions and the pings are independent: written side by side."""
     # one layout for the three reads: the queries that consume them are planned (and laid out) after all three
@@ -93,57 +93,72 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
     # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation
     # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
     checked: dict[str, DataFrame] = {}
+    triaged: list[DataFrame] = []
 
     def run_tables() -> None:
         for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
-            _small(df, out, name, tables)
+            store.put(name, df, (), one_file=True)
 
-    def events() -> None:
-        paths = io.write_split(ingest.triage_events(ev_read.lines), out, ingest.TRIAGE,
+    def events_on_disk() -> None:
+        paths = io.write_split(ingest.triage_events(ev_read.lines), store.out, ingest.TRIAGE,
                                {"accepted": "events", "suspect": "ingest_suspects"})
-        tables["events"] = paths["events"]
-        if io.table_is_empty(out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
+        store.written("events", paths["events"])
+        if io.table_is_empty(store.out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
             return
-        suspects = io.read_table(spark, out, "ingest_suspects", schemas.LINES_SCHEMA)
+        suspects = io.read_table(spark, store.out, "ingest_suspects", schemas.LINES_SCHEMA)
         checked["events"] = ingest.validate_events(suspects).cache()
-        io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), out, "events", append=True)
+        io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
+
+    def events_in_memory() -> None:
+        # the same split, kept in memory: the fast path's verdicts cached (each line parsed once), the suspects
+        # (if any) through the slow path, and the events table written once
+        tri = ingest.triage_events(ev_read.lines).cache()
+        triaged.append(tri)
+        # the columns of the table on disk, ``line`` (null on every accepted row) included
+        accepted = tri.where(F.col(ingest.TRIAGE) == "accepted").drop(ingest.TRIAGE)
+        suspects = tri.where(F.col(ingest.TRIAGE) == "suspect").select(*schemas.LINES_SCHEMA.fieldNames())
+        if not suspects.isEmpty():
+            checked["events"] = ingest.validate_events(suspects).cache()
+            accepted = accepted.unionByName(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA)
+                                            .withColumn("line", F.lit(None).cast("string")))
+        store.put("events", accepted)
 
     def record_table(source: str) -> Callable[[], None]:
         read, validate, schema = records[source]
 
         def write() -> None:
             checked[source] = validate(read.lines).cache()
-            tables[source] = io.write_table(ingest.accepted(checked[source], schema), out, source)
+            store.put(source, ingest.accepted(checked[source], schema))
         return write
 
     try:
-        _concurrently(workers, events, record_table("actions"), record_table("pings"), run_tables)
+        _concurrently(workers, events_in_memory if store.in_memory else events_on_disk, record_table("actions"),
+                      record_table("pings"), run_tables)
         quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
                       if source in checked]
         q = quarantine[0]
         for extra in quarantine[1:]:
             q = q.unionByName(extra)
-        tables["quarantine"] = io.write_table(q, out, "quarantine")
+        store.put("quarantine", q)
     finally:
-        for df in checked.values():
+        for df in (*checked.values(), *triaged):
             df.unpersist()
-    io.drop_table(out, "ingest_suspects")
+    io.drop_table(store.out, "ingest_suspects")
     all_counts = ev_read.counts
     for read, _, _ in records.values():
         all_counts = all_counts.unionByName(read.counts)
     return all_counts
 
 
-def _reconcile(spark: SparkSession, out: Path, counts: DataFrame, tables: dict[str, str]) -> list[dict]:
+def _reconcile(store: io.TableStore, counts: DataFrame) -> list[dict]:
     accepted = None
     for source, schema in (("events", schemas.EVENTS_SCHEMA), ("actions", schemas.ACTIONS_SCHEMA),
                            ("pings", schemas.PINGS_SCHEMA)):
-        rows = io.read_table(spark, out, source, schema).select("run_id", "file", F.lit(source).alias("source"))
+        rows = store.get(source, schema).select("run_id", "file", F.lit(source).alias("source"))
         accepted = rows if accepted is None else accepted.unionByName(rows)
-    q = io.read_table(spark, out, "quarantine", schemas.QUARANTINE_SCHEMA)
-    recon = ingest.line_reconciliation(counts, accepted, q)
-    tables["reconciliation"] = io.write_table(recon.coalesce(1), out, "reconciliation", partition_by=())
-    return [r.asDict() for r in io.read_table(spark, out, "reconciliation", schemas.RECONCILIATION_SCHEMA)
+    q = store.get("quarantine", schemas.QUARANTINE_SCHEMA)
+    store.put("reconciliation", ingest.line_reconciliation(counts, accepted, q), (), one_file=True)
+    return [r.asDict() for r in store.get("reconciliation", schemas.RECONCILIATION_SCHEMA)
             .orderBy("run_id", "source", "file").collect()]
 
 
@@ -165,10 +180,6 @@ def _concurrently(workers: int, *tasks: Callable[[], None]) -> None:
         future.result()
 
 
-def _small(df: DataFrame, out: Path, name: str, tables: dict[str, str]) -> None:
-    tables[name] = io.write_table(df.coalesce(1), out, name, partition_by=())
-
-
 #: The A/B document (pipeline.jobs.ab.summarize) under the output directory, when there are A/B runs.
 AB_FILE = "ab.json"
 
@@ -179,21 +190,27 @@ def load_ab(out: str | Path) -> dict[str, dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _ab(spark: SparkSession, out: Path, ab_meta: DataFrame | None, events: DataFrame, enriched: DataFrame,
-        control: DataFrame, tables: dict[str, str]) -> dict[str, dict]:  # fmt: skip
+def _ab(spark: SparkSession, store: io.TableStore, ab_meta: DataFrame | None, events: DataFrame,
+        enriched: DataFrame, control: DataFrame) -> dict[str, dict]:  # fmt: skip
     """The A/B tables and document; without A/B runs, none (and those of an earlier analysis in ``out``
     are removed, so that a re-used output directory never shows a stale A/B result)."""
     if ab_meta is None:
         for name in ("ab_runs", "ab"):
-            io.drop_table(out, name)
-        (out / AB_FILE).unlink(missing_ok=True)
+            store.drop(name)
+        (store.out / AB_FILE).unlink(missing_ok=True)
         return {}
-    conv = io.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)
-    _small(ab.ab_runs(ab_meta, conv, enriched, control, events), out, "ab_runs", tables)
-    rows = [r.asDict() for r in io.read_table(spark, out, "ab_runs", schemas.AB_RUNS_SCHEMA).collect()]
+    conv = store.get("convergence", schemas.CONVERGENCE_SCHEMA)
+    store.put("ab_runs", ab.ab_runs(ab_meta, conv, enriched, control, events), (), one_file=True)
+    rows = [r.asDict() for r in store.get("ab_runs", schemas.AB_RUNS_SCHEMA).collect()]
     doc = ab.summarize(rows)
-    _small(spark.createDataFrame(ab.summary_rows(doc), schemas.AB_SCHEMA), out, "ab", tables)
+    store.put("ab", spark.createDataFrame(ab.summary_rows(doc), schemas.AB_SCHEMA), (), one_file=True)
     return doc
+
+
+def in_memory_default(spark: SparkSession, runs: Sequence[io.RunDir]) -> bool:
+    """Whether ``analyze`` keeps its tables in memory by default: small inputs (``io.SMALL_INPUT_BYTES``) on a
+    local master (where the driver's memory is the executors')."""
+    return spark.sparkContext.master.startswith("local") and io.input_size(runs) <= io.SMALL_INPUT_BYTES
 
 
 def analyze(
@@ -205,9 +222,12 @@ def analyze(
     timeline_bin_s: float = 5.0,
     churn_bin_s: float = 1.0,
     check_reconciliation: bool = True,
+    in_memory: bool | None = None,
 ) -> AnalysisResult:
     """Analyze ``run_dirs`` into ``out`` (tables/ and report files).
 
+    ``in_memory`` (default: ``in_memory_default``): keep every table cached in one partition as well as writing
+    it, so later steps read it from memory (``io.TableStore``); the same tables and report either way.
     Raises RunDatasetError for an invalid run directory, ReconciliationError when lines are
     unaccounted for (tables and report are still written), PipelineError for other failures.
     """
@@ -215,85 +235,97 @@ def analyze(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stage_s: dict[str, float] = {}
-    tables: dict[str, str] = {}
     t = time.perf_counter()
 
     say("discover", f"{len(run_dirs)} path(s)")
     runs = io.discover_runs(run_dirs)
+    store = io.TableStore(spark, out, in_memory=in_memory_default(spark, runs) if in_memory is None else in_memory)
+    try:
+        return _analyze(spark, runs, store, say, stage_s, t, timeline_bin_s, churn_bin_s, check_reconciliation)
+    finally:
+        store.release()
+
+
+def _analyze(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
+             stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
+             check_reconciliation: bool) -> AnalysisResult:  # fmt: skip
     frames = io.run_frames(spark, runs)
     ab_meta = io.ab_meta(spark, runs)
     workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
-    say("ingest", f"{len(runs)} run(s), {n_files} event files")
-    counts = _ingest(spark, runs, frames, out, tables, workers)
+    say("ingest", f"{len(runs)} run(s), {n_files} event files" + (", tables kept in memory" if store.in_memory else ""))
+    counts = _ingest(spark, runs, frames, store, workers)
     io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("reconcile", "lines = parsed + quarantined, per file")
-    recon = _reconcile(spark, out, counts, tables)
+    recon = _reconcile(store, counts)
     stage_s["reconcile"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("analyze", "episodes and convergence, delivery and stretch, control overhead and churn (side by side)")
-    events = io.read_table(spark, out, "events", schemas.EVENTS_SCHEMA)
-    actions = io.read_table(spark, out, "actions", schemas.ACTIONS_SCHEMA)
-    pings = io.read_table(spark, out, "pings", schemas.PINGS_SCHEMA)
-    runs_df = io.read_table(spark, out, "runs", schemas.RUNS_SCHEMA)
-    links = io.read_table(spark, out, "links", schemas.LINKS_SCHEMA)
+    get, put = store.get, store.put
+    events = get("events", schemas.EVENTS_SCHEMA)
+    actions = get("actions", schemas.ACTIONS_SCHEMA)
+    pings = get("pings", schemas.PINGS_SCHEMA)
+    runs_df = get("runs", schemas.RUNS_SCHEMA)
+    links = get("links", schemas.LINKS_SCHEMA)
     bounds = spark.createDataFrame(episodes.run_bounds(events).collect(), "run_id string, start_s double, end_s double")
+    if store.in_memory:
+        bounds = bounds.coalesce(1)  # like every other input of the jobs: one partition, no exchange
 
     def convergence_chain() -> None:
-        _small(episodes.episodes(runs_df, links, actions, bounds), out, "episodes", tables)
-        eps = io.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
-        _small(convergence.convergence(events, eps, bounds), out, "convergence", tables)
+        put("episodes", episodes.episodes(runs_df, links, actions, bounds), (), one_file=True)
+        eps = get("episodes", schemas.EPISODES_SCHEMA)
+        put("convergence", convergence.convergence(events, eps, bounds), (), one_file=True)
 
     def delivery_chain() -> None:
-        _small(delivery.enrich_pings(pings, actions, bounds), out, "pings_enriched", tables)
-        enriched = io.read_table(spark, out, "pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
-        _small(delivery.delivery_summary(enriched), out, "delivery", tables)
-        _small(delivery.delivery_by_episode(enriched), out, "delivery_by_episode", tables)
-        _small(delivery.delivery_timeline(enriched, timeline_bin_s), out, "delivery_timeline", tables)
+        put("pings_enriched", delivery.enrich_pings(pings, actions, bounds), (), one_file=True)
+        enriched = get("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
+        put("delivery", delivery.delivery_summary(enriched), (), one_file=True)
+        put("delivery_by_episode", delivery.delivery_by_episode(enriched), (), one_file=True)
+        put("delivery_timeline", delivery.delivery_timeline(enriched, timeline_bin_s), (), one_file=True)
 
     def overhead_chain() -> None:
-        _small(overhead.overhead_by_node(events), out, "overhead_by_node", tables)
-        by_node = io.read_table(spark, out, "overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
-        _small(overhead.overhead_by_class(by_node), out, "overhead_by_class", tables)
+        put("overhead_by_node", overhead.overhead_by_node(events), (), one_file=True)
+        by_node = get("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
+        put("overhead_by_class", overhead.overhead_by_class(by_node), (), one_file=True)
 
     def churn_chain() -> None:
-        _small(churn.churn_timeline(events, bounds, churn_bin_s), out, "churn_timeline", tables)
-        _small(churn.churn_by_node(events), out, "churn_by_node", tables)
+        put("churn_timeline", churn.churn_timeline(events, bounds, churn_bin_s), (), one_file=True)
+        put("churn_by_node", churn.churn_by_node(events), (), one_file=True)
 
     _concurrently(workers, convergence_chain, delivery_chain, overhead_chain, churn_chain)
 
     say("analyze", "comparison across runs")
-    enriched = io.read_table(spark, out, "pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
-    by_node = io.read_table(spark, out, "overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
+    enriched = get("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
+    by_node = get("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
     summary = compare.run_summary(
-        runs_df, io.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA), enriched,
-        overhead.control_per_run(by_node), io.read_table(spark, out, "churn_by_node", schemas.CHURN_NODE_SCHEMA),
+        runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, overhead.control_per_run(by_node),
+        get("churn_by_node", schemas.CHURN_NODE_SCHEMA),
     )
-    _small(summary, out, "run_summary", tables)
-    summary = io.read_table(spark, out, "run_summary", schemas.RUN_SUMMARY_SCHEMA)
-    _concurrently(workers, *[lambda by=by: _small(compare.compare(summary, [by]), out, f"compare_{by}", tables)
+    put("run_summary", summary, (), one_file=True)
+    summary = get("run_summary", schemas.RUN_SUMMARY_SCHEMA)
+    _concurrently(workers, *[lambda by=by: put(f"compare_{by}", compare.compare(summary, [by]), (), one_file=True)
                              for by in compare.GROUPINGS])
     if ab_meta is not None:
         say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
-    ab_doc = _ab(spark, out, ab_meta, events, enriched, overhead.control_per_run(by_node), tables)
+    ab_doc = _ab(spark, store, ab_meta, events, enriched, overhead.control_per_run(by_node))
     stage_s["analyze"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("report", "tables, plots, report.md, report.html")
-    files = report.render(report.collect_inputs(spark, out, recon, ab=ab_doc, workers=workers))
+    files = report.render(report.collect_inputs(spark, store.out, recon, ab=ab_doc, workers=workers, read=get))
     if ab_doc:
         files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
-    written = io.write_files(out, files)
+    written = io.write_files(store.out, files)
     stage_s["report"] = time.perf_counter() - t
 
     n_events = sum(r["parsed"] for r in recon if r["source"] == "events")
     n_quarantined = sum(r["quarantined"] for r in recon)
-    result = AnalysisResult(out, [r.run_id for r in runs], tables, written, recon, n_quarantined, n_events, stage_s,
-                            ab_doc)
+    result = AnalysisResult(store.out, [r.run_id for r in runs], dict(store.paths), written, recon, n_quarantined,
+                            n_events, stage_s, ab_doc)
     bad = [r for r in recon if not r["ok"]]
     if check_reconciliation and bad:
         raise ReconciliationError(

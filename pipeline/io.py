@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import ValidationError
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -57,11 +60,13 @@ __all__ = [
     "read_lines",
     "write_table",
     "write_split",
+    "write_arrow",
     "drop_table",
     "table_is_empty",
     "read_table",
     "write_files",
     "collect_all",
+    "TableStore",
     "table_path",
     "count_lines",
     "ONE_FILE_PER_TASK",
@@ -90,9 +95,14 @@ SMALL_INPUT_BYTES = 16 << 20
 #: mode would shrink the code cache to 48 MB, which two analyses in one JVM (the demo's warm-up, then its run)
 #: fill ("CodeCache is full. Compiler has been disabled"): it keeps the usual 240 MB.
 SMALL_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
-#: SQL settings for small inputs on a local master: one shuffle partition, and no adaptive execution
-#: (which would run each shuffle stage as a job of its own and re-plan the query after it).
-SMALL_SQL = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false"}
+#: SQL settings for small inputs on a local master: one shuffle partition, no adaptive execution (which would run
+#: each shuffle stage as a job of its own and re-plan the query after it), and no code generation: expressions and
+#: operators are interpreted. Each query of a small analysis touches a few thousand rows once, so compiling its
+#: generated Java (janino, then the JIT) costs far more than it saves; the ingest's validation plans are even over
+#: the JVM's method size limit, so their generated code was compiled only to be thrown away. Measured on the demo's
+#: run: a cold analysis 20.6 s with code generation, 15.2 s without (docs/performance.md, seventh session).
+SMALL_SQL = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+             "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 def get_spark(
@@ -615,6 +625,24 @@ def write_table(
     return path
 
 
+def write_arrow(rows: pa.Table, out: str | Path, name: str, partition_by: Iterable[str] = ("run_id",)) -> str:
+    """Write ``rows`` (a small table collected from Spark with ``toArrow``) as Parquet table ``name`` under ``out``,
+    replacing it, laid out as ``write_table`` lays it out: a ``col=value`` directory per value of the partition
+    columns (which the files then omit), zstd-compressed. A table with no rows: an empty directory when partitioned
+    (``read_table`` reads it as empty), else one file with the schema and no row. Returns its path."""
+    path = Path(table_path(out, name))
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    cols = list(partition_by)
+    if cols and rows.num_rows:
+        pq.write_to_dataset(rows, str(path), partition_cols=cols, compression="zstd",
+                            basename_template="part-{i}.zstd.parquet")
+    elif not cols:
+        pq.write_table(rows, str(path / "part-0.zstd.parquet"), compression="zstd")
+    return str(path)
+
+
 def write_split(
     df: DataFrame, out: str | Path, by: str, tables: Mapping[str, str], partition_by: Iterable[str] = ("run_id",)
 ) -> dict[str, str]:
@@ -666,6 +694,85 @@ def read_table(spark: SparkSession, out: str | Path, name: str, schema: StructTy
     if table_is_empty(out, name):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(str(path)).select(*schema.fieldNames())
+
+
+class TableStore:
+    """The tables of one analysis under ``out``: written as Parquet by ``put``, read back by ``get``.
+
+    On disk (big inputs, or any cluster): Spark writes each table, and ``get`` reads its Parquet files, so a later
+    step never holds what an earlier one computed. In memory (``in_memory``: small inputs on a local master): ``put``
+    collects the table's rows to the driver as Arrow (one Spark job), writes them as Parquet from there
+    (``write_arrow``: the same layout and rows) and keeps them; ``get`` returns them in one partition, in the
+    table's schema. Every query of a small analysis then reads a few in-memory rows from a single partition: Spark
+    plans it with no shuffle (one partition satisfies every grouping, join and ordering) and runs it as one stage of
+    one task, instead of listing and opening Parquet files, exchanging a few rows between stages, and committing a
+    write job per table. ``release`` drops what is kept (a JVM can run several analyses). Thread-safe: the
+    analysis's concurrent chains call ``put`` and ``get``.
+    """
+
+    def __init__(self, spark: SparkSession, out: str | Path, *, in_memory: bool = False) -> None:
+        self.spark = spark
+        self.out = Path(out)
+        self.in_memory = in_memory
+        #: table name -> its path (what ``AnalysisResult.tables`` reports)
+        self.paths: dict[str, str] = {}
+        self._kept: dict[str, DataFrame] = {}
+        self._lock = threading.Lock()
+
+    def put(self, name: str, df: DataFrame, partition_by: Iterable[str] = ("run_id",), *, one_file: bool = False) -> str:
+        """Write ``df`` as table ``name`` (replacing it), partitioned by ``partition_by``; ``one_file``: written by one
+        task (a small table: one file, or one per partition value). In memory, the table is kept too."""
+        if self.in_memory:
+            rows = df.coalesce(1).toArrow()  # the one Spark job of this table
+            path = write_arrow(rows, self.out, name, partition_by)
+            kept = self.spark.createDataFrame(rows) if rows.num_rows else self.spark.createDataFrame([], df.schema)
+            with self._lock:
+                self._kept[name] = kept.coalesce(1)
+        else:
+            path = write_table(df.coalesce(1) if one_file else df, self.out, name, partition_by)
+        with self._lock:
+            self.paths[name] = path
+        return path
+
+    def written(self, name: str, path: str) -> None:
+        """Record table ``name`` as written at ``path`` by other means (``write_split``, an append): on disk only."""
+        if self.in_memory:
+            raise PipelineError(f"table {name!r}: an in-memory store writes its tables with put()")
+        with self._lock:
+            self.paths[name] = path
+
+    def get(self, name: str, schema: StructType | None = None) -> DataFrame:
+        """Table ``name``, with ``schema``'s columns and types (None: as written). Raises RunDatasetError when it has
+        not been written."""
+        with self._lock:
+            kept = self._kept.get(name)
+        if kept is None:
+            if schema is None:
+                if not Path(table_path(self.out, name)).exists():
+                    raise RunDatasetError(table_path(self.out, name), f"table {name!r} has not been written")
+                return self.spark.read.parquet(table_path(self.out, name))
+            return read_table(self.spark, self.out, name, schema)
+        if schema is None:
+            return kept
+        have = {f.name: f.dataType.simpleString() for f in kept.schema.fields}
+        return kept.select(*[F.col(f.name) if have.get(f.name) == f.dataType.simpleString()
+                             else F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+    def drop(self, name: str) -> None:
+        """Remove table ``name`` (and its cache) if it exists."""
+        with self._lock:
+            kept = self._kept.pop(name, None)
+            self.paths.pop(name, None)
+        if kept is not None:
+            kept.unpersist()
+        drop_table(self.out, name)
+
+    def release(self) -> None:
+        """Drop every cache this store holds (the tables on disk stay)."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), {}
+        for df in kept:
+            df.unpersist()
 
 
 def collect_all(queries: Mapping[str, DataFrame], workers: int = 2) -> dict[str, list[Row]]:

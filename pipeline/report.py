@@ -17,13 +17,14 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline import io, schemas
 from pipeline.jobs.compare import GROUPINGS
@@ -58,11 +59,13 @@ class ReportInputs:
 
 
 def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
-                   ab: Mapping[str, dict] | None = None, workers: int = 2) -> ReportInputs:  # fmt: skip
+                   ab: Mapping[str, dict] | None = None, workers: int = 2,
+                   read: Callable[[str, StructType | None], DataFrame] | None = None) -> ReportInputs:  # fmt: skip
     """Read the result tables under ``out`` and aggregate what the report needs (small results only);
     ``ab`` is the A/B document of the analysis (pipeline.jobs.ab.summarize), if it has A/B runs.
+    ``read(name, schema)`` gives a table (default: ``io.TableStore(spark, out).get``, from its Parquet files).
     The small queries run ``workers`` at a time (``io.collect_all``)."""
-    t = lambda name, schema: io.read_table(spark, out, name, schema)  # noqa: E731
+    t = read or io.TableStore(spark, out).get
     q = t("quarantine", schemas.QUARANTINE_SCHEMA)
     enriched = t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
     actions = t("actions", schemas.ACTIONS_SCHEMA)
@@ -92,7 +95,7 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
             F.count("*").alias("nodes")).orderBy("run_id"),
         "summary": t("run_summary", schemas.RUN_SUMMARY_SCHEMA).orderBy("run_id"),
     }
-    queries.update({f"compare_{by}": spark.read.parquet(io.table_path(out, f"compare_{by}")) for by in GROUPINGS})
+    queries.update({f"compare_{by}": t(f"compare_{by}", None) for by in GROUPINGS})
     rows = {name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()}
     compared = {by: rows.pop(f"compare_{by}") for by in GROUPINGS}
     return ReportInputs(reconciliation=reconciliation, compare=compared, ab=dict(ab or {}), **rows)

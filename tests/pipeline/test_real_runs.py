@@ -10,6 +10,7 @@ and each plot has data.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,36 @@ def test_the_tables_do_not_depend_on_how_files_are_laid_out_over_tasks(spark, re
                          ("reconciliation", schemas.RECONCILIATION_SCHEMA),
                          ("convergence", schemas.CONVERGENCE_SCHEMA), ("delivery", schemas.DELIVERY_SCHEMA)):
         assert_frames_equal(io.read_table(spark, again, name, schema), io.read_table(spark, out, name, schema))
+
+
+def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, real_runs, real_analysis, tmp_path):
+    """Small inputs on a local master are analyzed with every table kept in memory (io.TableStore): collected as
+    Arrow, written from the driver, and read by later steps in one partition. Analyzed again on disk (each table
+    written by Spark and read back from its Parquet files), every table is the same, row for row, and so is the
+    report's data: the mode changes how the work is run, never its result."""
+    out, result = real_analysis
+    assert analysis.in_memory_default(spark, io.discover_runs(real_runs)), "the fixture's runs should be small"
+    on_disk = tmp_path / "on-disk"
+    again = analysis.analyze(spark, real_runs, on_disk, in_memory=False)
+    assert sorted(again.tables) == sorted(result.tables)
+    assert len(again.tables) >= 20, again.tables
+    for name in sorted(result.tables):
+        if io.table_is_empty(out, name):  # e.g. no quarantined line: no file in either
+            assert io.table_is_empty(on_disk, name), name
+            continue
+        assert_frames_equal(spark.read.parquet(io.table_path(out, name)), spark.read.parquet(io.table_path(on_disk, name)))
+    # the report's data: the same to 1e-9 (a mean sums its rows in the order the partitions give them)
+    assert _close(json.loads((on_disk / "plots.json").read_text()), json.loads((out / "plots.json").read_text()))
+    assert (on_disk / "report.md").read_text() == (out / "report.md").read_text()
+    assert again.reconciliation == result.reconciliation and again.events == result.events
+
+
+def _close(a, b) -> bool:
+    """JSON values equal, floats to a relative 1e-9."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-9)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
