@@ -109,19 +109,31 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
         checked["events"] = ingest.validate_events(suspects).cache()
         io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
 
-    def events_in_memory() -> None:
-        # the same split, kept in memory: the fast path's verdicts cached (each line parsed once), the suspects
-        # (if any) through the slow path, and the events table written once
-        tri = ingest.triage_events(ev_read.lines).cache()
-        triaged.append(tri)
-        # the columns of the table on disk, ``line`` (null on every accepted row) included
-        accepted = tri.where(F.col(ingest.TRIAGE) == "accepted").drop(ingest.TRIAGE)
-        suspects = tri.where(F.col(ingest.TRIAGE) == "suspect").select(*schemas.LINES_SCHEMA.fieldNames())
-        if not suspects.isEmpty():
-            checked["events"] = ingest.validate_events(suspects).cache()
-            accepted = accepted.unionByName(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA)
-                                            .withColumn("line", F.lit(None).cast("string")))
-        store.put("events", accepted)
+    def in_memory(source: str) -> Callable[[], None]:
+        # the same verdicts, kept in memory: the fast path's cached (each line parsed once), the suspects (if any:
+        # none in the usual event log) through the slow path, and the table written once
+        triage, validate, schema, lines = {
+            "events": (ingest.triage_events, ingest.validate_events, schemas.EVENTS_SCHEMA, ev_read.lines),
+            "actions": (ingest.triage_actions, ingest.validate_actions, schemas.ACTIONS_SCHEMA,
+                        records["actions"][0].lines),
+            "pings": (ingest.triage_pings, ingest.validate_pings, schemas.PINGS_SCHEMA, records["pings"][0].lines),
+        }[source]
+
+        def write() -> None:
+            tri = triage(lines).cache()
+            triaged.append(tri)
+            # the columns of the table on disk: the events' keep ``line`` (null on every accepted row; write_split)
+            columns = [*schema.fieldNames(), *(["line"] if source == "events" else [])]
+            accepted = tri.where(F.col(ingest.TRIAGE) == "accepted").select(*columns)
+            suspects = tri.where(F.col(ingest.TRIAGE) == "suspect").select(*schemas.LINES_SCHEMA.fieldNames())
+            if not suspects.isEmpty():
+                checked[source] = validate(suspects).cache()
+                more = ingest.accepted(checked[source], schema)
+                if source == "events":
+                    more = more.withColumn("line", F.lit(None).cast("string"))
+                accepted = accepted.unionByName(more)
+            store.put(source, accepted)
+        return write
 
     def record_table(source: str) -> Callable[[], None]:
         read, validate, schema = records[source]
@@ -132,8 +144,10 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
         return write
 
     try:
-        _concurrently(workers, events_in_memory if store.in_memory else events_on_disk, record_table("actions"),
-                      record_table("pings"), run_tables)
+        if store.in_memory:
+            _concurrently(workers, in_memory("events"), in_memory("actions"), in_memory("pings"), run_tables)
+        else:
+            _concurrently(workers, events_on_disk, record_table("actions"), record_table("pings"), run_tables)
         quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
                       if source in checked]
         q = quarantine[0]

@@ -8,6 +8,7 @@ gets one JSON object.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import threading
@@ -83,15 +84,21 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
     """
     from rich.console import Console
 
-    from pipeline import analysis, io
+    from pipeline import io
 
     console = Console(stderr=True)
     t0 = time.perf_counter()
+    # the analysis's own imports (the jobs, matplotlib for the plots: about 1 s) load while the JVM starts
+    loading = threading.Thread(target=importlib.import_module, args=("pipeline.analysis",), name="load-analysis")
+    loading.start()
     try:
         runs = io.discover_runs(list(run_dirs))  # a bad run directory fails here, before a JVM starts
         with console.status("starting Spark", spinner="dots") as status:
             spark = io.get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory,
                                  input_bytes=io.input_size(runs))
+            loading.join()
+            from pipeline import analysis  # loaded by now (an import error surfaces here)
+
             try:
                 with spark_progress(spark, lambda text: status.update(f"[bold]{text}")) as progress:
                     def report(stage: str, detail: str) -> None:

@@ -755,6 +755,8 @@ class TableStore:
         if schema is None:
             return kept
         have = {f.name: f.dataType.simpleString() for f in kept.schema.fields}
+        if all(have.get(f.name) == f.dataType.simpleString() for f in schema.fields):
+            return kept.select(*schema.fieldNames())  # one call: a column object each would cost a py4j round trip
         return kept.select(*[F.col(f.name) if have.get(f.name) == f.dataType.simpleString()
                              else F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 

@@ -40,6 +40,8 @@ from pipeline.jobs import rules
 
 __all__ = [
     "triage_events",
+    "triage_actions",
+    "triage_pings",
     "TRIAGE",
     "validate_events",
     "validate_actions",
@@ -117,8 +119,23 @@ def triage_events(lines: DataFrame) -> DataFrame:
     Raises JobInputError when ``lines`` lacks a column.
     """
     _require(lines, "ingest.triage_events")
-    parsed = _parse(lines, _EVENT_FIELDS, rules.event_fast_ok())
-    out = [c for c in schemas.EVENTS_SCHEMA.fieldNames() if c not in ("run_id", "file", "line_no")]
+    return _triage(_parse(lines, _EVENT_FIELDS, rules.event_fast_ok()), schemas.EVENTS_SCHEMA)
+
+
+def triage_actions(lines: DataFrame) -> DataFrame:
+    """lines -> ACTIONS_SCHEMA + ``line`` + ``TRIAGE``: ``triage_events`` for actions (suspects: ``validate_actions``)."""
+    _require(lines, "ingest.triage_actions")
+    return _triage(_parse(lines, list(ACTION_FIELDS), rules.records_fast_ok(ACTION_FIELDS)), schemas.ACTIONS_SCHEMA)
+
+
+def triage_pings(lines: DataFrame) -> DataFrame:
+    """lines -> PINGS_SCHEMA + ``line`` + ``TRIAGE``: ``triage_events`` for pings (suspects: ``validate_pings``)."""
+    _require(lines, "ingest.triage_pings")
+    return _triage(_parse(lines, list(PING_FIELDS), rules.records_fast_ok(PING_FIELDS)), schemas.PINGS_SCHEMA)
+
+
+def _triage(parsed: DataFrame, table: StructType) -> DataFrame:
+    out = [c for c in table.fieldNames() if c not in ("run_id", "file", "line_no")]
     return parsed.selectExpr(
         "__dir_run_id AS run_id", *[f"CASE WHEN __fast_ok THEN `{c}` END AS `{c}`" for c in out], "file", "line_no",
         "CASE WHEN NOT __fast_ok THEN line END AS line",

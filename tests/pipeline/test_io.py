@@ -280,3 +280,41 @@ def test_write_split_and_read_table(spark, tmp_path):
     assert not list((tmp_path / "tables").glob("_staging*"))
     with pytest.raises(RunDatasetError):
         io.read_table(spark, tmp_path, "nope", schema)
+
+
+@pytest.mark.parametrize("in_memory", [False, True], ids=["on-disk", "in-memory"])
+def test_a_table_store_writes_and_reads_the_same_rows_in_both_modes(spark, tmp_path, in_memory):
+    """io.TableStore: the rows put are the rows written (partitioned by run, or in one file) and the rows got back,
+    in the schema asked for; an empty table reads as empty; in memory, what is got is one partition (no shuffle
+    for later steps) and is dropped by release."""
+    store = io.TableStore(spark, tmp_path, in_memory=in_memory)
+    rows = [("r1", "a", 1, ["x", "y"]), ("r1", "b", None, []), ("r/2", "c", 3, None)]
+    df = spark.createDataFrame(rows, "run_id string, k string, n long, tags array<string>")
+    schema = schemas.StructType.fromJson({"type": "struct", "fields": [
+        {"name": "k", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "n", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "run_id", "type": "string", "nullable": True, "metadata": {}}]})
+    store.put("parts", df)
+    store.put("flat", df, (), one_file=True)
+    store.put("none", df.where("n > 100"))
+    store.put("none_flat", df.where("n > 100"), ())
+    assert set(store.paths) == {"parts", "flat", "none", "none_flat"}
+    assert sorted(p.name for p in (tmp_path / "tables" / "parts").iterdir() if p.is_dir()) == ["run_id=r%2F2", "run_id=r1"]
+    want = sorted((k, n, r) for r, k, n, _ in rows)
+    for name in ("parts", "flat"):
+        got = store.get(name, schema)
+        assert got.columns == ["k", "n", "run_id"]
+        assert sorted(tuple(r) for r in got.collect()) == want
+        assert sorted(tuple(r) for r in io.read_table(spark, tmp_path, name, schema).collect()) == want  # on disk
+        if in_memory:
+            assert got.rdd.getNumPartitions() == 1
+    tags = {r["k"]: r["tags"] for r in store.get("flat").collect()}
+    assert tags == {"a": ["x", "y"], "b": [], "c": None}
+    assert store.get("none", schema).count() == 0 and io.read_table(spark, tmp_path, "none", schema).count() == 0
+    assert io.read_table(spark, tmp_path, "none_flat", schema).count() == 0
+    store.drop("parts")
+    assert not (tmp_path / "tables" / "parts").exists() and "parts" not in store.paths
+    with pytest.raises(RunDatasetError):
+        store.get("parts", schema)
+    store.release()
+    assert sorted(tuple(r) for r in store.get("flat", schema).collect()) == want  # from its files now
