@@ -150,7 +150,8 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
             _concurrently(workers, events_on_disk, record_table("actions"), record_table("pings"), run_tables)
         quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
                       if source in checked]
-        q = quarantine[0]
+        # in memory, a source whose every line passed the fast path has no verdicts: none at all, no quarantine
+        q = quarantine[0] if quarantine else spark.createDataFrame([], schemas.QUARANTINE_SCHEMA)
         for extra in quarantine[1:]:
             q = q.unionByName(extra)
         store.put("quarantine", q)

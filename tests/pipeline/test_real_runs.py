@@ -20,7 +20,7 @@ import pytest
 from pipeline import analysis, io, report, schemas
 from pipeline.jobs import convergence, episodes
 from tests.conftest import REPO, TOPOLOGIES, need
-from tests.pipeline.conftest import assert_frames_equal
+from tests.pipeline.conftest import assert_frames_equal, gen_events
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -206,3 +206,22 @@ def _close(a, b) -> bool:
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
     return a == b
+
+
+def test_a_run_whose_every_line_passes_the_fast_path_is_analyzed_in_memory(spark, tmp_path):
+    """In memory only the suspect lines get the slow path's verdicts; a run with none (synthetic event logs, and an
+    empty actions.jsonl and pings.jsonl, as the dataset contract allows) still gets an empty quarantine table, every
+    line accounted for, and the same tables as on disk."""
+    run = tmp_path / "clean"
+    gen_events.generate_run(run, "clean", nodes=6, duration_s=30.0, seed=3, variant="snek")
+    (run / "actions.jsonl").write_text("")
+    (run / "pings.jsonl").write_text("")
+    got = analysis.analyze(spark, [run], tmp_path / "mem", in_memory=True)
+    assert got.quarantined == 0 and got.events > 0 and all(r["ok"] for r in got.reconciliation)
+    assert io.read_table(spark, tmp_path / "mem", "quarantine", schemas.QUARANTINE_SCHEMA).count() == 0
+    disk = analysis.analyze(spark, [run], tmp_path / "disk", in_memory=False)
+    assert disk.reconciliation == got.reconciliation
+    for name, schema in (("events", schemas.EVENTS_SCHEMA), ("episodes", schemas.EPISODES_SCHEMA),
+                         ("convergence", schemas.CONVERGENCE_SCHEMA), ("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)):
+        assert_frames_equal(io.read_table(spark, tmp_path / "mem", name, schema),
+                            io.read_table(spark, tmp_path / "disk", name, schema))
