@@ -722,16 +722,17 @@ class TableStore:
     def put(self, name: str, df: DataFrame, partition_by: Iterable[str] = ("run_id",), *, one_file: bool = False) -> str:
         """Write ``df`` as table ``name`` (replacing it), partitioned by ``partition_by``; ``one_file``: written by one
         task (a small table: one file, or one per partition value). In memory, the table is kept too."""
+        kept = None
         if self.in_memory:
             rows = df.coalesce(1).toArrow()  # the one Spark job of this table
             path = write_arrow(rows, self.out, name, partition_by)
             kept = self.spark.createDataFrame(rows) if rows.num_rows else self.spark.createDataFrame([], df.schema)
-            with self._lock:
-                self._kept[name] = kept.coalesce(1)
         else:
             path = write_table(df.coalesce(1) if one_file else df, self.out, name, partition_by)
         with self._lock:
             self.paths[name] = path
+            if kept is not None:
+                self._kept[name] = kept.coalesce(1)
         return path
 
     def written(self, name: str, path: str) -> None:
@@ -755,26 +756,24 @@ class TableStore:
         if schema is None:
             return kept
         have = {f.name: f.dataType.simpleString() for f in kept.schema.fields}
-        if all(have.get(f.name) == f.dataType.simpleString() for f in schema.fields):
+        differ = {f.name for f in schema.fields if have.get(f.name) != f.dataType.simpleString()}
+        if not differ:
             return kept.select(*schema.fieldNames())  # one call: a column object each would cost a py4j round trip
-        return kept.select(*[F.col(f.name) if have.get(f.name) == f.dataType.simpleString()
-                             else F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+        return kept.select(*[F.col(f.name).cast(f.dataType).alias(f.name) if f.name in differ else f.name
+                             for f in schema.fields])
 
     def drop(self, name: str) -> None:
-        """Remove table ``name`` (and its cache) if it exists."""
+        """Remove table ``name`` (and the rows kept of it) if it exists."""
         with self._lock:
-            kept = self._kept.pop(name, None)
+            self._kept.pop(name, None)
             self.paths.pop(name, None)
-        if kept is not None:
-            kept.unpersist()
         drop_table(self.out, name)
 
     def release(self) -> None:
-        """Drop every cache this store holds (the tables on disk stay)."""
+        """Let go of the rows kept in memory (the JVM frees them with the DataFrames); the tables on disk stay, and
+        ``get`` reads them from there."""
         with self._lock:
-            kept, self._kept = list(self._kept.values()), {}
-        for df in kept:
-            df.unpersist()
+            self._kept.clear()
 
 
 def collect_all(queries: Mapping[str, DataFrame], workers: int = 2) -> dict[str, list[Row]]:
