@@ -101,6 +101,12 @@ SMALL_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCach
 #: generated Java (janino, then the JIT) costs far more than it saves; the ingest's validation plans are even over
 #: the JVM's method size limit, so their generated code was compiled only to be thrown away. Measured on the demo's
 #: run: a cold analysis 20.6 s with code generation, 15.2 s without (docs/performance.md, seventh session).
+#: Core settings for small inputs on a local master (they apply when the JVM starts): 1 MB memory pages. Spark sizes
+#: its pages from the heap (64 MB for a 4 GB driver on 2 cores), and every sort, hash aggregate or join of every
+#: task allocates at least one, zeroed, even for ten rows: a small analysis allocated some 1 GB of such pages, and the
+#: garbage collector's time grew with them. Measured on the demo's run: the analysis after a trivial action took
+#: 12.1-12.3 s with 1 MB pages against 13.8-16.0 s (docs/performance.md, eighth session).
+SMALL_CORE = {"spark.buffer.pageSize": "1m"}
 SMALL_SQL = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
              "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
@@ -123,7 +129,7 @@ def get_spark(
     ``ui=True``. ``driver_memory`` only applies when this call starts the JVM.
     ``input_bytes`` (``input_size`` of the runs to analyze), when at most
     ``SMALL_INPUT_BYTES`` on a local master, tunes the session for a small input
-    (``SMALL_JVM_FLAGS``, ``SMALL_SQL``): the same results, sooner.
+    (``SMALL_JVM_FLAGS``, ``SMALL_CORE``, ``SMALL_SQL``): the same results, sooner.
     Raises SparkSetupError when Java is missing or Spark fails to start.
     """
     builder = SparkSession.builder.appName(app_name)
@@ -166,6 +172,8 @@ def get_spark(
         flags = f"{JIT_FLAGS} {SMALL_JVM_FLAGS if small else BIG_JVM_FLAGS}"
         settings["spark.driver.extraJavaOptions"] = flags
         settings["spark.executor.extraJavaOptions"] = flags
+        if small:
+            settings.update(SMALL_CORE)
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
