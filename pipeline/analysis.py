@@ -32,10 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from pipeline import io, report, schemas
+from pipeline import clean_files, io, report, schemas
 from pipeline.errors import PipelineError
 from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, overhead
 
@@ -77,30 +79,48 @@ class AnalysisResult:
         return ab.summary_text(self.ab)
 
 
+@dataclass(frozen=True)
+class _Source:
+    """One kind of input line: its files (path -> run_id), the ingest's fast path (``triage``) and full check
+    (``validate``) for it, and its table's schema."""
+
+    name: str
+    files: dict[Path, str]
+    triage: Callable[[DataFrame], DataFrame]
+    validate: Callable[[DataFrame], DataFrame]
+    schema: StructType
+
+
+def _sources(runs: Sequence[io.RunDir]) -> list[_Source]:
+    return [
+        _Source("events", {f: r.run_id for r in runs for f in r.event_files}, ingest.triage_events,
+                ingest.validate_events, schemas.EVENTS_SCHEMA),
+        _Source("actions", {r.actions_file: r.run_id for r in runs}, ingest.triage_actions, ingest.validate_actions,
+                schemas.ACTIONS_SCHEMA),
+        _Source("pings", {r.pings_file: r.run_id for r in runs}, ingest.triage_pings, ingest.validate_pings,
+                schemas.PINGS_SCHEMA),
+    ]
+
+
 def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames, store: io.TableStore,
             workers: int) -> DataFrame:  # fmt: skip
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
     file. The per-run tables, the events, the actions and the pings are independent: written side by side."""
+    sources = _sources(runs)
     # one layout for the three reads: the queries that consume them are planned (and laid out) after all three
-    layout = io.read_layout([os.path.getsize(f) for r in runs for f in (*r.event_files, r.actions_file, r.pings_file)])
-    ev_read = io.read_lines(spark, {f: r.run_id for r in runs for f in r.event_files}, "events", layout)
-    records = {
-        "actions": (io.read_lines(spark, {r.actions_file: r.run_id for r in runs}, "actions", layout),
-                    ingest.validate_actions, schemas.ACTIONS_SCHEMA),
-        "pings": (io.read_lines(spark, {r.pings_file: r.run_id for r in runs}, "pings", layout),
-                  ingest.validate_pings, schemas.PINGS_SCHEMA),
-    }  # fmt: skip
+    layout = io.read_layout([os.path.getsize(f) for src in sources for f in src.files])
     # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation
     # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
     checked: dict[str, DataFrame] = {}
-    triaged: list[DataFrame] = []
+    cached: list[DataFrame] = []
+    counts: dict[str, DataFrame] = {}
 
     def run_tables() -> None:
         for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
             store.put(name, df, (), one_file=True)
 
-    def events_on_disk() -> None:
-        paths = io.write_split(ingest.triage_events(ev_read.lines), store.out, ingest.TRIAGE,
+    def events_on_disk(src: _Source) -> None:
+        paths = io.write_split(src.triage(read(src, src.files)), store.out, ingest.TRIAGE,
                                {"accepted": "events", "suspect": "ingest_suspects"})
         store.written("events", paths["events"])
         if io.table_is_empty(store.out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
@@ -109,59 +129,68 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
         checked["events"] = ingest.validate_events(suspects).cache()
         io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
 
-    def in_memory(source: str) -> Callable[[], None]:
-        # the same verdicts, kept in memory: the fast path's cached (each line parsed once), the suspects (if any:
-        # none in the usual event log) through the slow path, and the table written once
-        triage, validate, schema, lines = {
-            "events": (ingest.triage_events, ingest.validate_events, schemas.EVENTS_SCHEMA, ev_read.lines),
-            "actions": (ingest.triage_actions, ingest.validate_actions, schemas.ACTIONS_SCHEMA,
-                        records["actions"][0].lines),
-            "pings": (ingest.triage_pings, ingest.validate_pings, schemas.PINGS_SCHEMA, records["pings"][0].lines),
-        }[source]
+    def records_on_disk(src: _Source) -> None:
+        checked[src.name] = src.validate(read(src, src.files)).cache()
+        store.put(src.name, ingest.accepted(checked[src.name], src.schema))
 
-        def write() -> None:
-            tri = triage(lines).cache()
-            triaged.append(tri)
-            # the columns of the table on disk: the events' keep ``line`` (null on every accepted row; write_split)
-            columns = [*schema.fieldNames(), *(["line"] if source == "events" else [])]
-            accepted = tri.where(F.col(ingest.TRIAGE) == "accepted").select(*columns)
-            suspects = tri.where(F.col(ingest.TRIAGE) == "suspect").select(*schemas.LINES_SCHEMA.fieldNames())
-            if not suspects.isEmpty():
-                checked[source] = validate(suspects).cache()
-                more = ingest.accepted(checked[source], schema)
-                if source == "events":
-                    more = more.withColumn("line", F.lit(None).cast("string"))
-                accepted = accepted.unionByName(more)
-            store.put(source, accepted)
-        return write
+    def read(src: _Source, files: dict[Path, str]) -> DataFrame:
+        lines = io.read_lines(spark, files, src.name, layout)
+        counts[src.name] = lines.counts
+        return lines.lines
 
-    def record_table(source: str) -> Callable[[], None]:
-        read, validate, schema = records[source]
+    def in_memory(src: _Source) -> None:
+        # clean files (the usual case: all of them) become rows on the driver, with no Spark job
+        # (pipeline.clean_files); the others take Spark's fast path, their suspect lines the slow path
+        clean, rest = [], {}
+        for path, run_id in src.files.items():
+            got = clean_files.rows(path, run_id, src.name)
+            if got is None:
+                rest[path] = run_id
+            else:
+                clean.append(got)
+        schema = clean_files.table_schema(src.name)
+        rows = pa.concat_tables(clean) if clean else clean_files.arrow_schema(src.name).empty_table()
+        counts[src.name] = io.line_counts(spark, {p: r for p, r in src.files.items() if p not in rest}, src.name)
+        if not rest:
+            store.put_arrow(src.name, rows, schema)
+            return
+        lines = io.read_lines(spark, rest, src.name, layout)
+        counts[src.name] = counts[src.name].unionByName(lines.counts)
+        tri = src.triage(lines.lines).cache()
+        cached.append(tri)
+        # the columns of the table on disk: the events' keep ``line`` (null on every accepted row; write_split)
+        accepted = tri.where(F.col(ingest.TRIAGE) == "accepted").select(*schema.fieldNames())
+        suspects = tri.where(F.col(ingest.TRIAGE) == "suspect").select(*schemas.LINES_SCHEMA.fieldNames())
+        if not suspects.isEmpty():
+            checked[src.name] = src.validate(suspects).cache()
+            more = ingest.accepted(checked[src.name], src.schema)
+            if src.name == "events":
+                more = more.withColumn("line", F.lit(None).cast("string"))
+            accepted = accepted.unionByName(more)
+        if clean:
+            accepted = spark.createDataFrame(rows).unionByName(accepted)
+        store.put(src.name, accepted)
 
-        def write() -> None:
-            checked[source] = validate(read.lines).cache()
-            store.put(source, ingest.accepted(checked[source], schema))
-        return write
+    def task(src: _Source) -> Callable[[], None]:
+        if store.in_memory:
+            return lambda: in_memory(src)
+        return lambda: (events_on_disk if src.name == "events" else records_on_disk)(src)
 
     try:
-        if store.in_memory:
-            _concurrently(workers, in_memory("events"), in_memory("actions"), in_memory("pings"), run_tables)
-        else:
-            _concurrently(workers, events_on_disk, record_table("actions"), record_table("pings"), run_tables)
-        quarantine = [ingest.quarantined(checked[source], source) for source in ("events", "actions", "pings")
-                      if source in checked]
-        # in memory, a source whose every line passed the fast path has no verdicts: none at all, no quarantine
+        _concurrently(workers, *[task(src) for src in sources], run_tables)
+        quarantine = [ingest.quarantined(checked[src.name], src.name) for src in sources if src.name in checked]
+        # a source whose every line passed the fast path has no verdicts: none at all, no quarantine
         q = quarantine[0] if quarantine else spark.createDataFrame([], schemas.QUARANTINE_SCHEMA)
         for extra in quarantine[1:]:
             q = q.unionByName(extra)
         store.put("quarantine", q)
     finally:
-        for df in (*checked.values(), *triaged):
+        for df in (*checked.values(), *cached):
             df.unpersist()
     io.drop_table(store.out, "ingest_suspects")
-    all_counts = ev_read.counts
-    for read, _, _ in records.values():
-        all_counts = all_counts.unionByName(read.counts)
+    all_counts = counts[sources[0].name]
+    for src in sources[1:]:
+        all_counts = all_counts.unionByName(counts[src.name])
     return all_counts
 
 

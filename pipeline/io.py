@@ -515,12 +515,7 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
     Raises RunDatasetError if a file is missing, PipelineError if Spark would split files.
     """
     run_of = {str(Path(f).resolve()): run_id for f, run_id in files.items()}
-    counts = []
-    for path, run_id in run_of.items():
-        try:
-            counts.append((run_id, source, path, count_lines(path)))
-        except OSError as exc:
-            raise RunDatasetError(path, f"cannot read: {exc.strerror or exc}") from None
+    counts = _counted(run_of, source)
     count_df = spark.createDataFrame(counts, schemas.LINE_COUNTS_SCHEMA)
     nonempty = [p for p in run_of if os.path.getsize(p) > 0]
     if not nonempty:
@@ -547,6 +542,24 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
     else:
         lines = _one_per_task_lines(spark, spark.read.text(nonempty), run_of, nonempty, row_id)
     return LineRead(lines, count_df)
+
+
+def _counted(run_of: Mapping[str, str], source: str) -> list[tuple[str, str, str, int]]:
+    counts = []
+    for path, run_id in run_of.items():
+        try:
+            counts.append((run_id, source, path, count_lines(path)))
+        except OSError as exc:
+            raise RunDatasetError(path, f"cannot read: {exc.strerror or exc}") from None
+    return counts
+
+
+def line_counts(spark: SparkSession, files: Mapping[Path, str], source: str) -> DataFrame:
+    """schemas.LINE_COUNTS_SCHEMA rows of ``files`` (a local path -> the run_id of its run directory), counted by the
+    driver (``count_lines``): the input side of the reconciliation, for files whose lines ``read_lines`` does not read.
+    Raises RunDatasetError if a file cannot be read."""
+    return spark.createDataFrame(_counted({str(Path(f).resolve()): r for f, r in files.items()}, source),
+                                 schemas.LINE_COUNTS_SCHEMA)
 
 
 def _local_path(uri: str) -> str:
@@ -730,17 +743,23 @@ class TableStore:
     def put(self, name: str, df: DataFrame, partition_by: Iterable[str] = ("run_id",), *, one_file: bool = False) -> str:
         """Write ``df`` as table ``name`` (replacing it), partitioned by ``partition_by``; ``one_file``: written by one
         task (a small table: one file, or one per partition value). In memory, the table is kept too."""
-        kept = None
         if self.in_memory:
-            rows = df.coalesce(1).toArrow()  # the one Spark job of this table
-            path = write_arrow(rows, self.out, name, partition_by)
-            kept = self.spark.createDataFrame(rows) if rows.num_rows else self.spark.createDataFrame([], df.schema)
-        else:
-            path = write_table(df.coalesce(1) if one_file else df, self.out, name, partition_by)
+            return self.put_arrow(name, df.coalesce(1).toArrow(), df.schema, partition_by)  # the table's one Spark job
+        path = write_table(df.coalesce(1) if one_file else df, self.out, name, partition_by)
         with self._lock:
             self.paths[name] = path
-            if kept is not None:
-                self._kept[name] = kept.coalesce(1)
+        return path
+
+    def put_arrow(self, name: str, rows: pa.Table, schema: StructType, partition_by: Iterable[str] = ("run_id",)) -> str:
+        """In memory: table ``name`` (replacing it) from ``rows``, in ``schema`` (Spark's types of the Arrow columns),
+        written as Parquet (``write_arrow``) and kept, with no Spark job. Raises PipelineError on disk."""
+        if not self.in_memory:
+            raise PipelineError(f"table {name!r}: a store on disk writes its tables with put()")
+        path = write_arrow(rows, self.out, name, partition_by)
+        kept = self.spark.createDataFrame(rows) if rows.num_rows else self.spark.createDataFrame([], schema)
+        with self._lock:
+            self.paths[name] = path
+            self._kept[name] = kept.coalesce(1)
         return path
 
     def written(self, name: str, path: str) -> None:
