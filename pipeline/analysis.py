@@ -102,8 +102,7 @@ def _sources(runs: Sequence[io.RunDir]) -> list[_Source]:
     ]
 
 
-def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames, store: io.TableStore,
-            workers: int) -> DataFrame:  # fmt: skip
+def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore, workers: int) -> DataFrame:
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
     file. The per-run tables, the events, the actions and the pings are independent: written side by side."""
     sources = _sources(runs)
@@ -116,8 +115,11 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
     counts: dict[str, DataFrame] = {}
 
     def run_tables() -> None:
-        for name, df in (("runs", frames.runs), ("nodes", frames.nodes), ("links", frames.links)):
-            store.put(name, df, (), one_file=True)
+        for name, (schema, rows) in io.run_rows(runs).items():
+            if store.in_memory:  # rows the driver has: no Spark job
+                store.put_arrow(name, io.arrow_table(schema, rows), schema, ())
+            else:
+                store.put(name, spark.createDataFrame(rows, schema), (), one_file=True)
 
     def events_on_disk(src: _Source) -> None:
         paths = io.write_split(src.triage(read(src, src.files)), store.out, ingest.TRIAGE,
@@ -180,10 +182,13 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], frames: io.RunFrames
         _concurrently(workers, *[task(src) for src in sources], run_tables)
         quarantine = [ingest.quarantined(checked[src.name], src.name) for src in sources if src.name in checked]
         # a source whose every line passed the fast path has no verdicts: none at all, no quarantine
-        q = quarantine[0] if quarantine else spark.createDataFrame([], schemas.QUARANTINE_SCHEMA)
-        for extra in quarantine[1:]:
-            q = q.unionByName(extra)
-        store.put("quarantine", q)
+        if not quarantine and store.in_memory:
+            store.put_arrow("quarantine", io.arrow_table(schemas.QUARANTINE_SCHEMA, []), schemas.QUARANTINE_SCHEMA)
+        else:
+            q = quarantine[0] if quarantine else spark.createDataFrame([], schemas.QUARANTINE_SCHEMA)
+            for extra in quarantine[1:]:
+                q = q.unionByName(extra)
+            store.put("quarantine", q)
     finally:
         for df in (*checked.values(), *cached):
             df.unpersist()
@@ -293,12 +298,11 @@ def analyze(
 def _analyze(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
              stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
              check_reconciliation: bool) -> AnalysisResult:  # fmt: skip
-    frames = io.run_frames(spark, runs)
     ab_meta = io.ab_meta(spark, runs)
     workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files" + (", tables kept in memory" if store.in_memory else ""))
-    counts = _ingest(spark, runs, frames, store, workers)
+    counts = _ingest(spark, runs, store, workers)
     io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 

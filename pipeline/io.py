@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from pipeline import schemas
@@ -47,7 +48,6 @@ from pipeline.errors import PipelineError, RunDatasetError, SparkSetupError
 __all__ = [
     "RunDir",
     "LineRead",
-    "RunFrames",
     "get_spark",
     "SMALL_INPUT_BYTES",
     "input_size",
@@ -56,7 +56,9 @@ __all__ = [
     "ab_meta",
     "observed_internal_errors",
     "load_run",
-    "run_frames",
+    "run_rows",
+    "arrow_table",
+    "line_counts",
     "read_lines",
     "write_table",
     "write_split",
@@ -337,17 +339,9 @@ def input_size(runs: Sequence[RunDir]) -> int:
     return total
 
 
-@dataclass(frozen=True)
-class RunFrames:
-    """The small per-run tables built from meta.json and topology.json."""
-
-    runs: DataFrame  # schemas.RUNS_SCHEMA
-    nodes: DataFrame  # schemas.NODES_SCHEMA
-    links: DataFrame  # schemas.LINKS_SCHEMA
-
-
-def run_frames(spark: SparkSession, runs: Sequence[RunDir]) -> RunFrames:
-    """DataFrames of run metadata, node keys and links for ``runs``."""
+def run_rows(runs: Sequence[RunDir]) -> dict[str, tuple[StructType, list[tuple]]]:
+    """The small per-run tables built from meta.json and topology.json: runs, nodes and links, each as its schema
+    (schemas.RUNS_SCHEMA, NODES_SCHEMA, LINKS_SCHEMA) and its rows."""
     run_rows, node_rows, link_rows = [], [], []
     for r in runs:
         m = r.meta
@@ -364,11 +358,14 @@ def run_frames(spark: SparkSession, runs: Sequence[RunDir]) -> RunFrames:
         link_rows.extend(
             (m.run_id, lk.a, lk.b, lk.link_class, shaping.get(frozenset((lk.a, lk.b)))) for lk in r.topology.links
         )
-    return RunFrames(
-        spark.createDataFrame(run_rows, schemas.RUNS_SCHEMA),
-        spark.createDataFrame(node_rows, schemas.NODES_SCHEMA),
-        spark.createDataFrame(link_rows, schemas.LINKS_SCHEMA),
-    )
+    return {"runs": (schemas.RUNS_SCHEMA, run_rows), "nodes": (schemas.NODES_SCHEMA, node_rows),
+            "links": (schemas.LINKS_SCHEMA, link_rows)}
+
+
+def arrow_table(schema: StructType, rows: Sequence[tuple]) -> pa.Table:
+    """``rows`` (tuples in ``schema``'s column order) as an Arrow table of the types Spark gives ``schema``'s columns."""
+    target = to_arrow_schema(schema)
+    return pa.table({name: [row[i] for row in rows] for i, name in enumerate(target.names)}, schema=target)
 
 
 def observed_internal_errors(observer: Mapping) -> int | None:

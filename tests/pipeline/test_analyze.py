@@ -99,12 +99,13 @@ def line_count(path: Path) -> int:
 
 
 def read_rows(table: Path) -> list[dict]:
-    """All rows of a Parquet table directory written by the pipeline (partition columns included)."""
+    """All rows of a Parquet table directory written by the pipeline (partition columns included); a map column's
+    value is a dict (a map has no order: Spark's writer keeps its hash order, the driver's the one it was given)."""
     import pyarrow.dataset as ds
 
     if not any(table.rglob("*.parquet")):
         return []
-    return ds.dataset(str(table), format="parquet", partitioning="hive").to_table().to_pylist()
+    return ds.dataset(str(table), format="parquet", partitioning="hive").to_table().to_pylist(maps_as_pydicts="strict")
 
 
 def _norm(value, digits: int = 9):
