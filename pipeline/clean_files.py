@@ -186,7 +186,7 @@ def rows(path: str | Path, run_id: str, source: str) -> pa.Table | None:
             for name, conv in convert:
                 value = obj.get(name)
                 columns[name].append(None if value is None else conv(value))
-    except (Unsure, UnicodeEncodeError):
+    except (Unsure, UnicodeEncodeError, RecursionError):  # RecursionError: nesting deeper than Python's json parses
         return None
     n = len(lines)
     columns["file"] = [str(Path(path).resolve())] * n

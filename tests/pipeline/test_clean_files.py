@@ -130,7 +130,9 @@ def test_each_file_gives_the_rows_spark_gives_or_is_left_to_spark(spark, tmp_pat
 def test_files_with_what_only_spark_reads_are_left_to_it(tmp_path):
     good = json.dumps(event("node_stopping", reason="x"))
     cases = {"cr": (good + "\r\n").encode(), "latin1": (good.replace('"x"', '"\xe9"')).encode("latin-1"),
-             "blank": (good + "\n\n" + good + "\n").encode(), "bad": (good + "\nnot json\n").encode()}
+             "blank": (good + "\n\n" + good + "\n").encode(), "bad": (good + "\nnot json\n").encode(),
+             "deep": ("[" * 100_000 + "]" * 100_000 + "\n").encode(),  # the validator's json.loads recurses too deep
+             "deep_field": (good[:-1] + ', "extra": ' + "[" * 100_000 + "]" * 100_000 + "}\n").encode()}
     for name, data in cases.items():
         path = tmp_path / f"{name}.jsonl"
         path.write_bytes(data)
