@@ -249,11 +249,19 @@ _INT64 = range(-(1 << 63), 1 << 63)
 _BLANK = re.compile(r"[ \t\n\x0b\f\r]*")
 
 
+def _finite(value: int | float) -> bool:
+    """Finite as a double: an integer too large for one (some 309 digits) is read as infinity, as Spark reads it."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _kind_ok(kind: str, value: object) -> bool:
     if kind == "int":
         return type(value) is int and value in _INT64
     if kind == "float":
-        return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+        return type(value) in (int, float) and _finite(value)  # type: ignore[arg-type]
     if kind == "bool":
         return type(value) is bool
     if kind in ("str", "hex"):

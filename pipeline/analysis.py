@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,12 +92,17 @@ class _Source:
 
 
 def _sources(runs: Sequence[io.RunDir]) -> list[_Source]:
+    """The three sources of ``runs``; each file once, by its resolved path (as ``io.read_lines`` reads it: a symbolic
+    link to another input file does not read its lines twice)."""
+    def files(pairs: Iterable[tuple[Path, str]]) -> dict[Path, str]:
+        return {Path(f).resolve(): run_id for f, run_id in pairs}
+
     return [
-        _Source("events", {f: r.run_id for r in runs for f in r.event_files}, ingest.triage_events,
+        _Source("events", files((f, r.run_id) for r in runs for f in r.event_files), ingest.triage_events,
                 ingest.validate_events, schemas.EVENTS_SCHEMA),
-        _Source("actions", {r.actions_file: r.run_id for r in runs}, ingest.triage_actions, ingest.validate_actions,
-                schemas.ACTIONS_SCHEMA),
-        _Source("pings", {r.pings_file: r.run_id for r in runs}, ingest.triage_pings, ingest.validate_pings,
+        _Source("actions", files((r.actions_file, r.run_id) for r in runs), ingest.triage_actions,
+                ingest.validate_actions, schemas.ACTIONS_SCHEMA),
+        _Source("pings", files((r.pings_file, r.run_id) for r in runs), ingest.triage_pings, ingest.validate_pings,
                 schemas.PINGS_SCHEMA),
     ]
 

@@ -14,11 +14,15 @@ A file is taken here only when every line is certain to become the same row Spar
   ingest implements, and its tests compare the two);
 * no line repeats a key, carries a field of the events table that its own event does not have (Spark's fast
   path would keep it), or has a string that is not valid Unicode (a lone surrogate escape);
+* no line comes near a limit of Spark's JSON parser (Jackson refuses a number of more than 1000 characters and
+  values nested more than 1000 deep; here 500 is the bound, and 1 MiB for a line), nor of Python's (a nesting
+  deeper than ``json`` can recurse);
 * every value converts as Spark converts it: numbers of a ``float`` field parse to the same double (both are
   correctly rounded; an integer above 2**63 is left to Spark), and a ``json`` field is rendered as Spark's
-  ``to_json`` renders the value parsed as a VARIANT (``spark_json``: keys sorted, numbers as parsed, compact),
-  for the values whose rendering this module knows (no number with an exponent, at most 38 digits, no control
-  character but tab and newline in a string); any other value leaves the file to Spark.
+  ``to_json`` renders the value parsed as a VARIANT (``spark_json``: keys sorted by UTF-16 code units, as Java
+  sorts strings; numbers as parsed; compact), for the values whose rendering this module knows (no number with an
+  exponent, at most 38 digits, no control character but tab and newline in a string); any other value leaves the
+  file to Spark.
 
 ``rows`` returns None for any other file, and the caller hands it to Spark: nothing is decided here that Spark
 would decide otherwise. ``tests/pipeline/test_clean_files.py`` compares ``spark_json`` with Spark's rendering,
@@ -47,6 +51,7 @@ from contract.dataset import (
     validate_record,
 )
 from pipeline import schemas
+from pipeline.errors import RunDatasetError
 
 __all__ = ["SOURCES", "arrow_schema", "parse", "rows", "spark_json", "table_schema", "Unsure"]
 
@@ -54,6 +59,12 @@ __all__ = ["SOURCES", "arrow_schema", "parse", "rows", "spark_json", "table_sche
 SOURCES = ("events", "actions", "pings")
 #: Spark's VARIANT keeps a number without an exponent as a decimal of at most this many digits (then a double).
 _DECIMAL_DIGITS = 38
+#: Spark's JSON parser (Jackson, with Spark's JSONOptions) refuses a number of more than 1000 characters, values
+#: nested more than 1000 deep, a key of more than 50 000 characters and a string of more than 20 M characters: a line
+#: near any of these limits is left to Spark (which quarantines it as not_json), with a margin.
+_LONGEST_TOKEN = 500
+_DEEPEST = 500
+_LONGEST_LINE = 1 << 20
 _WIDE = Context(prec=200)
 _INT64 = range(-(1 << 63), 1 << 63)
 _EVENT_KEYS = frozenset(f.name for f in EVENT_FIELDS)
@@ -68,10 +79,24 @@ class _NumberText(str):
     """A JSON number with a fraction or an exponent, as written (json.loads' ``parse_float``)."""
 
 
+def _float_text(text: str) -> _NumberText:
+    if len(text) > _LONGEST_TOKEN:
+        raise Unsure("a number longer than Spark's JSON parser reads")
+    return _NumberText(text)
+
+
+def _int(text: str) -> int:
+    if len(text) > _LONGEST_TOKEN:
+        raise Unsure("a number longer than Spark's JSON parser reads")
+    return int(text)
+
+
 def _object(pairs: list[tuple[str, object]]) -> dict:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         raise Unsure("a repeated key")
+    if any(len(k) > _LONGEST_TOKEN for k in obj):
+        raise Unsure("a key longer than Spark's JSON parser reads")
     return obj
 
 
@@ -82,7 +107,33 @@ def _refuse_constant(name: str) -> object:
 def parse(line: str) -> object:
     """``line`` parsed as ``spark_json`` needs it: numbers with a fraction or an exponent kept as written. Raises
     ValueError when it is not JSON, Unsure when an object repeats a key."""
-    return json.loads(line, parse_float=_NumberText, object_pairs_hook=_object, parse_constant=_refuse_constant)
+    if len(line) > _LONGEST_LINE:
+        raise Unsure("a line longer than Spark's JSON parser reads")
+    if line.count("[") + line.count("{") > _DEEPEST:
+        _nesting_ok(line)
+    return json.loads(line, parse_float=_float_text, parse_int=_int, object_pairs_hook=_object,
+                      parse_constant=_refuse_constant)
+
+
+def _nesting_ok(line: str) -> None:
+    """Raise Unsure when the brackets of ``line`` (outside strings) nest deeper than ``_DEEPEST``."""
+    depth, in_string, escaped = 0, False, False
+    for c in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > _DEEPEST:
+                raise Unsure("values nested deeper than Spark's JSON parser reads")
+        elif c in "]}":
+            depth -= 1
 
 
 def _string(text: str) -> str:
@@ -92,10 +143,10 @@ def _string(text: str) -> str:
 
 
 def spark_json(value: object) -> str:
-    """``value`` (as ``parse`` gives it) as Spark's ``to_json`` renders the same
-    JSON parsed as a VARIANT: compact, object keys sorted, an integer as written, a decimal number without its
-    trailing zeros (``1.50`` -> ``1.5``, ``100.0`` -> ``100``). Raises Unsure for a value Spark renders otherwise
-    than this function knows (a number with an exponent or more than 38 digits: Spark makes it a double)."""
+    """``value`` (as ``parse`` gives it) as Spark's ``to_json`` renders the same JSON parsed as a VARIANT: compact,
+    object keys sorted (by UTF-16 code units), an integer as written, a decimal number without its trailing zeros
+    (``1.50`` -> ``1.5``, ``100.0`` -> ``100``). Raises Unsure for a value Spark renders otherwise than this function
+    knows (a number with an exponent or more than 38 digits: Spark makes it a double)."""
     if value is None:
         return "null"
     if value is True:
@@ -119,8 +170,13 @@ def spark_json(value: object) -> str:
     if isinstance(value, list):
         return "[" + ",".join(spark_json(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_string(k)}:{spark_json(value[k])}" for k in sorted(value)) + "}"
+        # Spark's VARIANT sorts an object's keys as Java strings: by UTF-16 code units, not by code points
+        return "{" + ",".join(f"{_string(k)}:{spark_json(value[k])}" for k in sorted(value, key=_utf16)) + "}"
     raise Unsure(f"a value of type {type(value).__name__}")
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 def _float(value: object) -> float:
@@ -157,8 +213,11 @@ def arrow_schema(source: str) -> pa.Schema:
 def rows(path: str | Path, run_id: str, source: str) -> pa.Table | None:
     """The rows of ``path`` (a file of ``source``: events|actions|pings, of run ``run_id``) as an Arrow table in
     ``table_schema(source)``, when every line is valid and sure to convert as Spark converts it; else None (the
-    file is for Spark's ingest). Raises OSError when the file cannot be read."""
-    data = Path(path).read_bytes()
+    file is for Spark's ingest). Raises RunDatasetError when the file cannot be read."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise RunDatasetError(str(path), f"cannot read: {exc.strerror or exc}") from None
     if b"\r" in data:
         return None
     try:
@@ -186,7 +245,8 @@ def rows(path: str | Path, run_id: str, source: str) -> pa.Table | None:
             for name, conv in convert:
                 value = obj.get(name)
                 columns[name].append(None if value is None else conv(value))
-    except (Unsure, UnicodeEncodeError, RecursionError):  # RecursionError: nesting deeper than Python's json parses
+    # RecursionError: nesting deeper than Python's json parses; OverflowError: an integer no double holds
+    except (Unsure, UnicodeEncodeError, RecursionError, OverflowError):
         return None
     n = len(lines)
     columns["file"] = [str(Path(path).resolve())] * n

@@ -9,6 +9,7 @@ import pytest
 
 from contract import dataset as contract
 from pipeline import analysis, clean_files, io, schemas
+from pipeline.errors import RunDatasetError
 from pipeline.jobs import ingest
 from tests.pipeline.conftest import assert_frames_equal, gen_events
 from tests.pipeline.test_contract import OTHER, event
@@ -50,7 +51,7 @@ def _number(rnd: random.Random) -> _Number:
 
 
 def _string(rnd: random.Random) -> str:
-    pool = 'abc xyz/\\"{}[]:,\t\n\x01\x1f\x7f\u00e9\u00fc\u4e2d\U0001f600\u2028'
+    pool = 'abc xyz/\\"{}[]:,\t\n\x01\x1f\x7f\u00e9\u00fc\u4e2d\U0001f600\u2028\uff01\ufffd\U00010348'
     return "".join(rnd.choice(pool) for _ in range(rnd.randint(0, 6)))
 
 
@@ -88,7 +89,8 @@ def test_a_json_field_is_rendered_as_spark_renders_it_or_left_to_spark(spark):
 def test_the_usual_detail_values_are_rendered():
     for text, want in [('{"nodes": 12}', '{"nodes":12}'), ('{"b": 1, "a": [true, null, "x"]}', '{"a":[true,null,"x"],"b":1}'),
                        ('{"t": 1.2805439873305133}', '{"t":1.2805439873305133}'), ("1700000000.0", "1700000000"),
-                       ("1.50", "1.5"), ("-0.0", "0"), ('"caf\\u00e9\\n"', '"café\\n"')]:
+                       ("1.50", "1.5"), ("-0.0", "0"), ('"caf\\u00e9\\n"', '"café\\n"'),
+                       ('{"\uff01": 1, "\U0001f600": 2}', '{"\U0001f600":2,"\uff01":1}')]:  # Java sorts by UTF-16
         assert clean_files.spark_json(clean_files.parse(text)) == want
     for text in ("1e-05", "1.5E300", "1" * 39, '"\\u0001"', '{"a": 1, "a": 2}'):
         with pytest.raises(clean_files.Unsure):
@@ -132,7 +134,11 @@ def test_files_with_what_only_spark_reads_are_left_to_it(tmp_path):
     cases = {"cr": (good + "\r\n").encode(), "latin1": (good.replace('"x"', '"\xe9"')).encode("latin-1"),
              "blank": (good + "\n\n" + good + "\n").encode(), "bad": (good + "\nnot json\n").encode(),
              "deep": ("[" * 100_000 + "]" * 100_000 + "\n").encode(),  # the validator's json.loads recurses too deep
-             "deep_field": (good[:-1] + ', "extra": ' + "[" * 100_000 + "]" * 100_000 + "}\n").encode()}
+             "deep_field": (good[:-1] + ', "extra": ' + "[" * 100_000 + "]" * 100_000 + "}\n").encode(),
+             # past Jackson's limits (numbers of 1000 characters, nesting 1000 deep): Spark quarantines these
+             "long_int": (good[:-1] + ', "extra": 1' + "0" * 1000 + "}\n").encode(),
+             "long_float": good.replace('"mono_s": 1.5', '"mono_s": 1.' + "0" * 1000).encode(),
+             "nested_1001": (good[:-1] + ', "extra": ' + "[" * 1001 + "]" * 1001 + "}\n").encode()}
     for name, data in cases.items():
         path = tmp_path / f"{name}.jsonl"
         path.write_bytes(data)
@@ -143,6 +149,9 @@ def test_files_with_what_only_spark_reads_are_left_to_it(tmp_path):
     assert got.num_rows == 2 == io.count_lines(path) and got.column("line_no").to_pylist() == [1, 2]
     (tmp_path / "empty.jsonl").write_text("")
     assert clean_files.rows(tmp_path / "empty.jsonl", "r1", "events").num_rows == 0
+    (tmp_path / "dir.jsonl").mkdir()  # what the *.jsonl glob of a run directory can also find
+    with pytest.raises(RunDatasetError, match="dir.jsonl: cannot read"):
+        clean_files.rows(tmp_path / "dir.jsonl", "r1", "events")
 
 
 @pytest.mark.slow

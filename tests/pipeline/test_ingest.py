@@ -50,6 +50,7 @@ def tricky_lines() -> list[str]:
         json.dumps(dict(event("peer_up", port=1, peer=OTHER, link_class="lan"), v=2)),
         json.dumps(dict(event("peer_up", port=1, peer=OTHER, link_class="lan"), event="warp")),
         json.dumps(dict(event("peer_up", port=1, peer=OTHER, link_class="lan"), mono_s="soon")),
+        json.dumps(dict(event("peer_up", port=1, peer=OTHER, link_class="lan"), mono_s=10**400)),  # no double holds it
         json.dumps(dict(event("peer_up", port=1, peer=OTHER, link_class="lan"), node_name=3)),
         json.dumps(event("bootstrap_accepted", origin=OTHER, from_port=1)),  # to_port absent, not null
         json.dumps(event("bootstrap_accepted", origin=OTHER, from_port=1, to_port=2.5)),
