@@ -127,7 +127,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
                 store.put(name, spark.createDataFrame(rows, schema), (), one_file=True)
 
     def events_on_disk(src: _Source) -> None:
-        paths = io.write_split(src.triage(read(src, src.files)), store.out, ingest.TRIAGE,
+        paths = io.write_split(src.triage(read(src)), store.out, ingest.TRIAGE,
                                {"accepted": "events", "suspect": "ingest_suspects"})
         store.written("events", paths["events"])
         if io.table_is_empty(store.out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
@@ -137,11 +137,11 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
 
     def records_on_disk(src: _Source) -> None:
-        checked[src.name] = src.validate(read(src, src.files)).cache()
+        checked[src.name] = src.validate(read(src)).cache()
         store.put(src.name, ingest.accepted(checked[src.name], src.schema))
 
-    def read(src: _Source, files: dict[Path, str]) -> DataFrame:
-        lines = io.read_lines(spark, files, src.name, layout)
+    def read(src: _Source) -> DataFrame:
+        lines = io.read_lines(spark, src.files, src.name, layout)
         counts[src.name] = lines.counts
         return lines.lines
 

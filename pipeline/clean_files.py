@@ -53,10 +53,8 @@ from contract.dataset import (
 from pipeline import schemas
 from pipeline.errors import RunDatasetError
 
-__all__ = ["SOURCES", "arrow_schema", "parse", "rows", "spark_json", "table_schema", "Unsure"]
+__all__ = ["arrow_schema", "parse", "rows", "spark_json", "table_schema", "Unsure"]
 
-#: The sources this module reads: events (one file per node), actions and pings.
-SOURCES = ("events", "actions", "pings")
 #: Spark's VARIANT keeps a number without an exponent as a decimal of at most this many digits (then a double).
 _DECIMAL_DIGITS = 38
 #: Spark's JSON parser (Jackson, with Spark's JSONOptions) refuses a number of more than 1000 characters, values
@@ -232,10 +230,8 @@ def rows(path: str | Path, run_id: str, source: str) -> pa.Table | None:
     columns: dict[str, list] = {f.name: [] for f in fields}
     try:
         for line in lines:
-            if source == "events":
-                if validate_event(line, run_id) is not None:
-                    return None
-            elif validate_record(line, ACTION_FIELDS if source == "actions" else PING_FIELDS, run_id) is not None:
+            verdict = validate_event(line, run_id) if source == "events" else validate_record(line, fields, run_id)
+            if verdict is not None:
                 return None
             obj = parse(line)
             if source == "events" and not (obj.keys() & _EVENT_KEYS) <= _OWN_KEYS[obj["event"]]:

@@ -97,18 +97,18 @@ SMALL_INPUT_BYTES = 16 << 20
 #: mode would shrink the code cache to 48 MB, which two analyses in one JVM (the demo's warm-up, then its run)
 #: fill ("CodeCache is full. Compiler has been disabled"): it keeps the usual 240 MB.
 SMALL_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
-#: SQL settings for small inputs on a local master: one shuffle partition, no adaptive execution (which would run
-#: each shuffle stage as a job of its own and re-plan the query after it), and no code generation: expressions and
-#: operators are interpreted. Each query of a small analysis touches a few thousand rows once, so compiling its
-#: generated Java (janino, then the JIT) costs far more than it saves; the ingest's validation plans are even over
-#: the JVM's method size limit, so their generated code was compiled only to be thrown away. Measured on the demo's
-#: run: a cold analysis 20.6 s with code generation, 15.2 s without (docs/performance.md, seventh session).
 #: Core settings for small inputs on a local master (they apply when the JVM starts): 1 MB memory pages. Spark sizes
 #: its pages from the heap (64 MB for a 4 GB driver on 2 cores), and every sort, hash aggregate or join of every
 #: task allocates at least one, zeroed, even for ten rows: a small analysis allocated some 1 GB of such pages, and the
 #: garbage collector's time grew with them. Measured on the demo's run: the analysis after a trivial action took
 #: 12.1-12.3 s with 1 MB pages against 13.8-16.0 s (docs/performance.md, eighth session).
 SMALL_CORE = {"spark.buffer.pageSize": "1m"}
+#: SQL settings for small inputs on a local master: one shuffle partition, no adaptive execution (which would run
+#: each shuffle stage as a job of its own and re-plan the query after it), and no code generation: expressions and
+#: operators are interpreted. Each query of a small analysis touches a few thousand rows once, so compiling its
+#: generated Java (janino, then the JIT) costs far more than it saves; the ingest's validation plans are even over
+#: the JVM's method size limit, so their generated code was compiled only to be thrown away. Measured on the demo's
+#: run: a cold analysis 20.6 s with code generation, 15.2 s without (docs/performance.md, seventh session).
 SMALL_SQL = {"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
              "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
