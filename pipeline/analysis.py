@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline import clean_files, io, report, schemas
+from pipeline import arrow_ingest, clean_files, io, report, schemas
 from pipeline.errors import PipelineError
 from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, overhead
 
@@ -107,9 +107,50 @@ def _sources(runs: Sequence[io.RunDir]) -> list[_Source]:
     ]
 
 
-def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore, workers: int) -> DataFrame:
+#: Bytes of input files whose Arrow rows (``_arrow_stage``) are written as one Parquet file: big enough that a big
+#: input makes few files (each of Spark's scans opens every one), small enough that a few batches in flight stay
+#: within the driver's memory (the rows take some 1.5 times their bytes).
+ARROW_BATCH_BYTES = 64 << 20
+
+
+def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
+                 ) -> tuple[Path, dict[Path, str], dict[Path, str]]:  # fmt: skip
+    """Read the clean files of ``files`` (path -> run_id) with ``arrow_ingest`` on ``workers`` threads, in batches of
+    one run's files (``ARROW_BATCH_BYTES``), each written as Parquet parts into a new staging directory. Returns
+    the staging directory, the files left to Spark (path -> run_id) and why each was left (path -> reason)."""
+    staging = io.staging_dir(out)
+    batches: list[list[tuple[Path, str]]] = []
+    room = 0
+    for path, run_id in sorted(files.items(), key=lambda kv: (kv[1], str(kv[0]))):
+        size = os.path.getsize(path)
+        if not batches or batches[-1][0][1] != run_id or size > room:  # a batch holds one run's files
+            batches.append([])
+            room = ARROW_BATCH_BYTES
+        batches[-1].append((path, run_id))
+        room -= size
+
+    def one(index: int) -> dict[Path, str]:
+        tables, left = [], {}
+        for path, run_id in batches[index]:
+            got = arrow_ingest.why_not(path, run_id, source)
+            if isinstance(got, arrow_ingest.Left):
+                left[path] = got.reason
+            else:
+                tables.append(got)
+        if tables:
+            io.write_arrow_part(pa.concat_tables(tables), staging, f"{index:06d}")
+        return left
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-arrow") as pool:
+        left = {path: why for got in pool.map(one, range(len(batches))) for path, why in got.items()}
+    return staging, {p: files[p] for p in left}, left
+
+
+def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore, workers: int, arrow_reads: bool,
+            say: Progress) -> DataFrame:  # fmt: skip
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
-    file. The per-run tables, the events, the actions and the pings are independent: written side by side."""
+    file. The per-run tables, the events, the actions and the pings are independent: written side by side.
+    ``arrow_reads``: on disk, clean files are read on the driver (``pipeline.arrow_ingest``), not by Spark."""
     sources = _sources(runs)
     # one layout for the three reads: the queries that consume them are planned (and laid out) after all three
     layout = io.read_layout([os.path.getsize(f) for src in sources for f in src.files])
@@ -126,8 +167,23 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
             else:
                 store.put(name, spark.createDataFrame(rows, schema), (), one_file=True)
 
-    def events_on_disk(src: _Source) -> None:
-        paths = io.write_split(src.triage(read(src)), store.out, ingest.TRIAGE,
+    def on_disk(src: _Source) -> None:
+        # clean files (the usual case) are parsed on the driver by Arrow (pipeline.arrow_ingest) and staged as
+        # Parquet; the others go through Spark's ingest, which writes the table; the staged parts join it after
+        files, staged = src.files, None
+        if arrow_reads and arrow_ingest.supported(src.name):
+            staged, files, left = _arrow_stage(src.files, src.name, store.out, workers)
+            taken = {p: r for p, r in src.files.items() if p not in files}
+            counts[src.name] = io.line_counts(spark, taken, src.name)
+            say("ingest", f"{src.name}: {len(taken)} file(s) read by Arrow, {len(files)} left to Spark"
+                + (f" (e.g. {next(iter(left))}: {next(iter(left.values()))})" if left else ""))
+        if files or staged is None:
+            (events_on_disk if src.name == "events" else records_on_disk)(src, files)
+        if staged is not None:
+            store.written(src.name, io.add_parts(staged, store.out, src.name))
+
+    def events_on_disk(src: _Source, files: dict[Path, str]) -> None:
+        paths = io.write_split(src.triage(read(src, files)), store.out, ingest.TRIAGE,
                                {"accepted": "events", "suspect": "ingest_suspects"})
         store.written("events", paths["events"])
         if io.table_is_empty(store.out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
@@ -136,13 +192,13 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         checked["events"] = ingest.validate_events(suspects).cache()
         io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
 
-    def records_on_disk(src: _Source) -> None:
-        checked[src.name] = src.validate(read(src)).cache()
+    def records_on_disk(src: _Source, files: dict[Path, str]) -> None:
+        checked[src.name] = src.validate(read(src, files)).cache()
         store.put(src.name, ingest.accepted(checked[src.name], src.schema))
 
-    def read(src: _Source) -> DataFrame:
-        lines = io.read_lines(spark, src.files, src.name, layout)
-        counts[src.name] = lines.counts
+    def read(src: _Source, files: dict[Path, str]) -> DataFrame:
+        lines = io.read_lines(spark, files, src.name, layout)
+        counts[src.name] = lines.counts if src.name not in counts else counts[src.name].unionByName(lines.counts)
         return lines.lines
 
     def in_memory(src: _Source) -> None:
@@ -181,7 +237,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     def task(src: _Source) -> Callable[[], None]:
         if store.in_memory:
             return lambda: in_memory(src)
-        return lambda: (events_on_disk if src.name == "events" else records_on_disk)(src)
+        return lambda: on_disk(src)
 
     try:
         _concurrently(workers, *[task(src) for src in sources], run_tables)
@@ -307,7 +363,9 @@ def _analyze(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, s
     workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files" + (", tables kept in memory" if store.in_memory else ""))
-    counts = _ingest(spark, runs, store, workers)
+    # a local master's driver sees the input files, and its cores are the executors'
+    arrow_reads = not store.in_memory and spark.sparkContext.master.startswith("local")
+    counts = _ingest(spark, runs, store, workers, arrow_reads, say)
     io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 

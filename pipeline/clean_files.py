@@ -53,7 +53,7 @@ from contract.dataset import (
 from pipeline import schemas
 from pipeline.errors import RunDatasetError
 
-__all__ = ["arrow_schema", "parse", "rows", "spark_json", "table_schema", "Unsure"]
+__all__ = ["arrow_schema", "fields_of", "parse", "rows", "spark_json", "table_schema", "Unsure"]
 
 #: Spark's VARIANT keeps a number without an exponent as a decimal of at most this many digits (then a double).
 _DECIMAL_DIGITS = 38
@@ -191,7 +191,8 @@ def _convert(f: Field) -> Callable[[object], object]:
     return lambda v: v  # int, bool, str, hex and the lists: the validator checked their types
 
 
-def _fields(source: str) -> tuple[Field, ...]:
+def fields_of(source: str) -> tuple[Field, ...]:
+    """The contract's fields of a line of ``source`` (events|actions|pings), in the table's column order."""
     return {"events": (*COMMON_FIELDS, *EVENT_FIELDS), "actions": ACTION_FIELDS, "pings": PING_FIELDS}[source]
 
 
@@ -225,7 +226,7 @@ def rows(path: str | Path, run_id: str, source: str) -> pa.Table | None:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the last line's end, or an empty file
-    fields = _fields(source)
+    fields = fields_of(source)
     convert = [(f.name, _convert(f)) for f in fields]
     columns: dict[str, list] = {f.name: [] for f in fields}
     try:

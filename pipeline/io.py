@@ -63,6 +63,9 @@ __all__ = [
     "write_table",
     "write_split",
     "write_arrow",
+    "write_arrow_part",
+    "staging_dir",
+    "add_parts",
     "drop_table",
     "table_is_empty",
     "read_table",
@@ -659,6 +662,35 @@ def write_arrow(rows: pa.Table, out: str | Path, name: str, partition_by: Iterab
     elif not cols:
         pq.write_table(rows, str(path / "part-0.zstd.parquet"), compression="zstd")
     return str(path)
+
+
+def write_arrow_part(rows: pa.Table, directory: str | Path, part: str, partition_by: Iterable[str] = ("run_id",)) -> None:
+    """Add ``rows`` to the Parquet files under ``directory``, laid out as ``write_arrow`` lays out a table (a
+    ``col=value`` directory per value of the partition columns, zstd), in new files named after ``part`` (several
+    writers may add parts to one directory at once, each with its own ``part``)."""
+    pq.write_to_dataset(rows, str(directory), partition_cols=list(partition_by), compression="zstd",
+                        basename_template=f"part-{part}-{{i}}.zstd.parquet")
+
+
+def staging_dir(out: str | Path) -> Path:
+    """A new, empty directory under ``out``'s tables for parts that become a table later (``add_parts``)."""
+    path = Path(out) / "tables" / f"_staging-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def add_parts(staging: str | Path, out: str | Path, name: str) -> str:
+    """Move the Parquet files under ``staging`` (``write_arrow_part``) into table ``name`` under ``out``, each into the
+    same ``col=value`` directory there (the table is created, empty, if it does not exist); remove ``staging``.
+    Returns the table's path."""
+    target = Path(table_path(out, name))
+    target.mkdir(parents=True, exist_ok=True)
+    for part in sorted(Path(staging).rglob("*.parquet")):
+        into = target / part.parent.relative_to(staging)
+        into.mkdir(parents=True, exist_ok=True)
+        os.replace(part, into / part.name)
+    shutil.rmtree(staging)
+    return str(target)
 
 
 def write_split(
