@@ -138,7 +138,7 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
             else:
                 tables.append(got)
         if tables:
-            io.write_arrow_part(pa.concat_tables(tables), staging, f"{index:06d}")
+            io.write_arrow_part(pa.concat_tables(tables), staging, f"arrow-{index:06d}")
         return left
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-arrow") as pool:
@@ -333,11 +333,14 @@ def analyze(
     churn_bin_s: float = 1.0,
     check_reconciliation: bool = True,
     in_memory: bool | None = None,
+    arrow_reads: bool | None = None,
 ) -> AnalysisResult:
     """Analyze ``run_dirs`` into ``out`` (tables/ and report files).
 
     ``in_memory`` (default: ``in_memory_default``): keep every table cached in one partition as well as writing
     it, so later steps read it from memory (``io.TableStore``); the same tables and report either way.
+    ``arrow_reads`` (default: on disk with a local master): clean event logs and pings are parsed on the driver by
+    Arrow (``pipeline.arrow_ingest``) instead of by Spark; the same tables either way.
     Raises RunDatasetError for an invalid run directory, ReconciliationError when lines are
     unaccounted for (tables and report are still written), PipelineError for other failures.
     """
@@ -351,20 +354,21 @@ def analyze(
     runs = io.discover_runs(run_dirs)
     store = io.TableStore(spark, out, in_memory=in_memory_default(spark, runs) if in_memory is None else in_memory)
     try:
-        return _analyze(spark, runs, store, say, stage_s, t, timeline_bin_s, churn_bin_s, check_reconciliation)
+        if arrow_reads is None:  # a local master's driver sees the input files, and its cores are the executors'
+            arrow_reads = not store.in_memory and spark.sparkContext.master.startswith("local")
+        return _analyze(spark, runs, store, say, stage_s, t, timeline_bin_s, churn_bin_s, check_reconciliation,
+                        arrow_reads)
     finally:
         store.release()
 
 
 def _analyze(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
              stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
-             check_reconciliation: bool) -> AnalysisResult:  # fmt: skip
+             check_reconciliation: bool, arrow_reads: bool) -> AnalysisResult:  # fmt: skip
     ab_meta = io.ab_meta(spark, runs)
     workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files" + (", tables kept in memory" if store.in_memory else ""))
-    # a local master's driver sees the input files, and its cores are the executors'
-    arrow_reads = not store.in_memory and spark.sparkContext.master.startswith("local")
     counts = _ingest(spark, runs, store, workers, arrow_reads, say)
     io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t

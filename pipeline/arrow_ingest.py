@@ -192,6 +192,10 @@ def _kind_problem(col: pa.ChunkedArray, f: Field) -> str | None:
     elif f.kind == "float":
         if not pc.all(pc.is_finite(col)).as_py() in (True, None):
             return f"{f.name}: not finite"
+        zeros = col.filter(pc.equal(col, 0.0))
+        if len(zeros) and np.signbit(zeros.to_numpy()).any():
+            # "-0" is the integer 0 to Spark (0.0) but -0.0 to Arrow, "-0.0" is -0.0 to both: the text decides
+            return f"{f.name}: a negative zero"
     elif f.kind in ("[int]", "[str]"):
         if pc.list_flatten(col).null_count:
             return f"{f.name}: a null in a list"
