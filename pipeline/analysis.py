@@ -129,20 +129,15 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
         batches[-1].append((path, run_id))
         room -= size
 
-    def one(index: int) -> dict[Path, str]:
-        tables, left = [], {}
-        for path, run_id in batches[index]:
-            got = arrow_ingest.why_not(path, run_id, source)
-            if isinstance(got, arrow_ingest.Left):
-                left[path] = got.reason
-            else:
-                tables.append(got)
-        if tables:
-            io.write_arrow_part(pa.concat_tables(tables), staging, f"arrow-{index:06d}")
-        return left
+    def one(index: int) -> dict[str, str]:
+        paths = [path for path, _ in batches[index]]
+        rows, left = arrow_ingest.batch(paths, batches[index][0][1], source)
+        if rows.num_rows:
+            io.write_arrow_part(rows, staging, f"arrow-{index:06d}")
+        return {path: why.reason for path, why in left.items()}
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-arrow") as pool:
-        left = {path: why for got in pool.map(one, range(len(batches))) for path, why in got.items()}
+        left = {Path(path): why for got in pool.map(one, range(len(batches))) for path, why in got.items()}
     return staging, {p: files[p] for p in left}, left
 
 

@@ -34,6 +34,7 @@ checks that each line of the ingest's tricky corpus leaves its file to Spark or 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,13 +47,14 @@ from contract.dataset import COMMON_FIELDS, EVENT_FIELDS, EVENT_TYPES, SCHEMA_VE
 from pipeline import clean_files
 from pipeline.errors import RunDatasetError
 
-__all__ = ["PLAIN_LINE", "Left", "rows", "supported", "table", "why_not"]
+__all__ = ["PLAIN_LINE", "Left", "batch", "rows", "supported", "table", "why_not"]
 
 #: Lines up to this many bytes hold no number, key or nesting near Spark's JSON parser's limits (``clean_files``
 #: bounds them at 500); a longer line is parsed by ``clean_files.parse`` first.
 PLAIN_LINE = 500
-#: Arrow's reader parses a file in blocks of this many bytes (a line must fit in one; longer lines are refused).
-_BLOCK = 16 << 20
+#: Arrow's reader parses in blocks of this many bytes, side by side on its threads (a line longer than half a block
+#: is refused; clean_files.parse refuses lines of 1 MiB already).
+_BLOCK = 4 << 20
 _HEX = "^[0-9a-f]{64}$"
 _META = ("file", "line_no", "line")
 
@@ -80,20 +82,45 @@ def rows(path: str | Path, run_id: str, source: str) -> pa.Table | None:
 
 def why_not(path: str | Path, run_id: str, source: str) -> pa.Table | Left:
     """``rows``, with the reason when the file is left to Spark."""
+    return table([(_read(path), str(Path(path).resolve()))], run_id, source)
+
+
+def batch(paths: Sequence[str | Path], run_id: str, source: str) -> tuple[pa.Table, dict[str, Left]]:
+    """The rows of the files of ``paths`` (of ``source``, all of run ``run_id``) that are clean, in the order of
+    ``paths``, and the others (resolved path -> why). The files are parsed and checked together (one call of Arrow's
+    reader, which parses on its own threads, and one check per rule); when some file is not clean, each is then
+    taken or left on its own. Raises RunDatasetError when a file cannot be read."""
+    parts = [(_read(p), str(Path(p).resolve())) for p in paths]
+    got = table(parts, run_id, source)
+    if not isinstance(got, Left):
+        return got, {}
+    tables, left = [], {}
+    for part in parts:
+        alone = table([part], run_id, source)
+        if isinstance(alone, Left):
+            left[part[1]] = alone
+        else:
+            tables.append(alone)
+    return (pa.concat_tables(tables) if tables else clean_files.arrow_schema(source).empty_table()), left
+
+
+def _read(path: str | Path) -> bytes:
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise RunDatasetError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    return table(data, str(Path(path).resolve()), run_id, source)
 
 
-def table(data: bytes, file: str, run_id: str, source: str) -> pa.Table | Left:
-    """The rows of a file's bytes ``data`` (``file``: its path, as the table records it), or why not."""
+def table(parts: Sequence[tuple[bytes, str]], run_id: str, source: str) -> pa.Table | Left:
+    """The rows of files given as (bytes, path as the table records it), all of run ``run_id``, or why not (for
+    the first problem found in any of them)."""
     if not supported(source):
         return Left(f"{source} has json fields")
     schema = clean_files.arrow_schema(source)
-    if not data:
+    parts = [(data, file) for data, file in parts if data]  # an empty file has no line
+    if not parts:
         return schema.empty_table()
+    data = b"".join(d if d.endswith(b"\n") else d + b"\n" for d, _ in parts) if len(parts) > 1 else parts[0][0]
     bad = _bytes_problem(data)
     if bad:
         return Left(bad)
@@ -102,20 +129,20 @@ def table(data: bytes, file: str, run_id: str, source: str) -> pa.Table | Left:
     if not (np.frombuffer(data, np.uint8)[offsets[:-1]] == ord("{")).all():
         return Left("a line does not start with {")
     lengths = np.diff(offsets)
-    if lengths.max() >= _BLOCK:
-        return Left("a line longer than a block")
+    if lengths.max() >= _BLOCK // 2:
+        return Left("a line longer than half a block")
     for i in np.flatnonzero(lengths > PLAIN_LINE):
         try:
             clean_files.parse(data[offsets[i]:offsets[i + 1]].decode("utf-8"))
         except clean_files.Unsure as exc:
-            return Left(f"line {i + 1}: {exc}")
+            return Left(f"a line: {exc}")
         except (ValueError, RecursionError):
-            return Left(f"line {i + 1}: not JSON")
+            return Left("a line: not JSON")
     columns = [f for f in schema if f.name not in _META]
     try:
         parsed = pj.read_json(
             pa.BufferReader(data),
-            read_options=pj.ReadOptions(use_threads=False, block_size=_BLOCK),
+            read_options=pj.ReadOptions(use_threads=True, block_size=_BLOCK),
             parse_options=pj.ParseOptions(explicit_schema=pa.schema(columns), unexpected_field_behavior="ignore",
                                           newlines_in_values=False),
         )
@@ -128,8 +155,13 @@ def table(data: bytes, file: str, run_id: str, source: str) -> pa.Table | Left:
                                                                                              source)
     if bad:
         return Left(bad)
-    extra = {"file": pa.array([file] * n, pa.string()) if n else pa.array([], pa.string()),
-             "line_no": pa.array(np.arange(1, n + 1, dtype=np.int64)),
+    # each part ends with a line end in ``data``: its lines are the offsets within it
+    ends = np.cumsum([len(d) + (not d.endswith(b"\n")) for d, _ in parts])
+    per_part = np.diff(np.searchsorted(offsets[:-1], np.concatenate(([0], ends))))
+    first = np.repeat(np.cumsum(per_part) - per_part, per_part)
+    extra = {"file": pc.take(pa.array([file for _, file in parts], pa.string()),
+                             pa.array(np.repeat(np.arange(len(parts)), per_part))),
+             "line_no": pa.array(np.arange(n, dtype=np.int64) - first + 1),
              "line": pa.nulls(n, pa.string())}
     return pa.table([extra[f.name] if f.name in extra else parsed.column(f.name) for f in schema], schema=schema)
 

@@ -479,7 +479,9 @@ def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:
     with open(path, "rb") as f:
         while chunk := f.read(chunk_bytes):
             size += len(chunk)
-            ends += chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+            ends += chunk.count(b"\n")
+            if b"\r" in chunk:  # rare: one memchr when there is none
+                ends += chunk.count(b"\r") - chunk.count(b"\r\n")
             if last == b"\r" and chunk[:1] == b"\n":
                 ends -= 1  # a \r\n split across two chunks
             last = chunk[-1:]

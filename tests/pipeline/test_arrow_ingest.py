@@ -7,6 +7,7 @@ import json
 import random
 import struct
 
+import pyarrow.compute as pc
 import pytest
 
 from contract import dataset as contract
@@ -210,3 +211,27 @@ def test_the_tables_on_disk_are_the_same_read_by_arrow_or_by_spark(spark, tmp_pa
     for name in by_spark.tables:
         assert_frames_equal(spark.read.parquet(io.table_path(tmp_path / "arrow", name)),
                             spark.read.parquet(io.table_path(tmp_path / "spark", name)))
+
+
+def test_a_batch_reads_its_clean_files_together_and_leaves_the_others(tmp_path):
+    """Files parsed together keep their own line numbers (a last line without an end, an empty file between); when
+    one file is not clean, the others are still read, in order, and only that one is left."""
+    other = json.dumps(event("peer_up", port=1, peer=OTHER, link_class="lan"), separators=(",", ":"))
+    a = _write(tmp_path, "a", [GOOD, other, GOOD])
+    (tmp_path / "b.jsonl").write_text(other + "\n" + GOOD)  # no end on its last line
+    b = tmp_path / "b.jsonl"
+    (tmp_path / "c.jsonl").write_text("")
+    d = _write(tmp_path, "d", [other])
+    rows, left = arrow_ingest.batch([a, b, tmp_path / "c.jsonl", d], "r1", "events")
+    assert left == {}
+    assert list(zip(rows.column("file").to_pylist(), rows.column("line_no").to_pylist())) == [
+        (str(a), 1), (str(a), 2), (str(a), 3), (str(b), 1), (str(b), 2), (str(d), 1)]
+    assert rows.column("event").to_pylist() == ["node_stopping", "peer_up", "node_stopping", "peer_up",
+                                                "node_stopping", "peer_up"]
+    for path in (a, b, d):  # as each file read alone
+        alone = arrow_ingest.rows(path, "r1", "events")
+        assert rows.filter(pc.equal(rows.column("file"), str(path))).equals(alone)
+    bad = _write(tmp_path, "bad", [GOOD, "not json"])
+    rows, left = arrow_ingest.batch([a, bad, d], "r1", "events")
+    assert list(left) == [str(bad)] and left[str(bad)].reason == "a line does not start with {"
+    assert rows.column("file").to_pylist() == [str(a)] * 3 + [str(d)]
