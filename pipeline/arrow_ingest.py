@@ -12,14 +12,16 @@ A file is taken only when every line is certain to become the row Spark's ingest
 ``contract.dataset.validate_event`` / ``validate_record``:
 
 * **its bytes**: no ``\\r`` (Spark's text reader also ends lines there), no backslash (no escape anywhere, so every
-  string is its own bytes and a ``"`` always delimits one), no ``NaN`` or ``Infinity`` (Arrow's reader accepts them,
-  JSON does not), ASCII or valid UTF-8; every line starts with ``{``; a line longer than ``PLAIN_LINE`` bytes is
-  parsed by ``clean_files.parse``, which refuses what comes near a limit of Spark's JSON parser (numbers and keys of
-  500 characters, nesting 500 deep, lines of 1 MiB);
+  string is its own bytes and a ``"`` always delimits one), no NUL, no ``NaN`` or ``Inf`` (Arrow's reader takes
+  ``NaN``, ``Inf`` and ``Infinity`` as numbers, JSON does not), ASCII or valid UTF-8; a line longer than
+  ``PLAIN_LINE`` bytes is parsed by ``clean_files.parse``, which refuses what comes near a limit of Spark's JSON
+  parser (numbers and keys of 500 characters, nesting 500 deep, lines of 1 MiB);
+* **one value per line**: Arrow's reader takes a line end inside a value as whitespace, so every line must start
+  with ``{`` and end with ``}`` (``_line_problem`` says why that leaves no value spread over lines), and the reader
+  must make exactly one row per line: row i is line i;
 * **Arrow's reader**, given the table's schema: it refuses malformed JSON, a key given twice, a value of another JSON
   type than its column's (a number for a string, ``1.0`` or ``1e2`` for an integer, an integer beyond 64 bits, an
-  array nested in a list), and it must make exactly one row per line (every line starts with ``{``, so none is blank
-  and none holds two values: row i is line i);
+  array nested in a list), a raw control character in a string;
 * **the columns**, the contract's rules for every row (``contract.dataset``'s tables, not a copy of them): ``v``, a
   known ``event``, the run directory's ``run_id``; every field its event requires is not null; hex keys are 64
   lowercase hex digits, floats finite, lists without a null, values among their ``choices``; no row carries a value
@@ -126,8 +128,9 @@ def table(parts: Sequence[tuple[bytes, str]], run_id: str, source: str) -> pa.Ta
         return Left(bad)
     offsets = _line_offsets(data)
     n = len(offsets) - 1
-    if not (np.frombuffer(data, np.uint8)[offsets[:-1]] == ord("{")).all():
-        return Left("a line does not start with {")
+    bad = _line_problem(data, offsets)
+    if bad:
+        return Left(bad)
     lengths = np.diff(offsets)
     if lengths.max() >= _BLOCK // 2:
         return Left("a line longer than half a block")
@@ -172,13 +175,35 @@ def _bytes_problem(data: bytes) -> str | None:
     if b"\\" in data:
         return "an escape"
     # memchr first: the capitals are rare in event logs, the words rarer still
-    if (b"N" in data and b"NaN" in data) or (b"I" in data and b"Infinity" in data):
-        return "NaN or Infinity"
+    if b"\x00" in data:
+        return "a NUL byte"
+    # memchr first: the capitals are rare in event logs, the words rarer still. Arrow's parser (RapidJSON) takes
+    # NaN, Inf and Infinity, with a sign or not, as numbers; JSON has none of them
+    if (b"N" in data and b"NaN" in data) or (b"I" in data and b"Inf" in data):
+        return "NaN or Inf"
     if not data.isascii():
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
             return "not UTF-8"
+    return None
+
+
+def _line_problem(data: bytes, offsets: np.ndarray) -> str | None:
+    """Whether each line may not hold exactly one JSON value: every line must start with ``{`` and end with ``}``
+    (trailing spaces and tabs aside). Arrow's reader takes a line end inside a value as whitespace, so it alone
+    cannot tell a value spread over two lines from two lines. But in valid JSON a ``}`` that does not end the value
+    is followed by ``,``, ``}`` or ``]``, never by the ``{`` that starts the next line (nor by the end of the input):
+    so every line ends its value, and ``table`` then counts one row per line (a line with two values would make one
+    row too many, and no line makes none). A raw line end inside a string is refused by the reader itself."""
+    raw = np.frombuffer(data, np.uint8)
+    if not (raw[offsets[:-1]] == ord("{")).all():
+        return "a line does not start with {"
+    last = offsets[1:] - 1
+    last -= raw[last] == ord("\n")  # the line's last byte before its end, if it has one
+    odd = np.flatnonzero(raw[last] != ord("}"))
+    if len(odd) and not all(data[offsets[i]:last[i] + 1].rstrip(b" \t").endswith(b"}") for i in odd):
+        return "a line does not end with }"
     return None
 
 

@@ -149,6 +149,15 @@ def test_files_with_what_only_spark_reads_are_left_to_it(tmp_path):
         "repeated": ('{"reason":"y",' + GOOD[1:]).encode(),
         "required_null": json.dumps(event("node_stopping", reason=None)).encode(),
         "negative_zero": GOOD.replace('"mono_s":1.5', '"mono_s":-0').encode(),  # Spark reads 0.0
+        "inf": (GOOD[:-1] + ',"x":Inf}').encode(),  # Arrow's parser takes Inf as a number
+        "minus_inf_nested": (GOOD[:-1] + ',"x":[{"y":-Inf}]}').encode(),
+        "nul": (GOOD[:-1] + ',"x":1}\x00\n').encode(),
+        "value_then_null": (GOOD + " null\n").encode(),  # two values on one line: Arrow makes a row of the null
+        # a value spread over two lines, and a line of two values making up the row count: three rows for three lines
+        "spread": (GOOD[:-1] + ',"x":\n{"y":1}}\n' + GOOD + GOOD + "\n").encode(),
+        "spread_nullable": (GOOD[:-1] + ',"x":\n{"node_name":null}}\n'
+                            + json.dumps(_without(event("node_stopping", reason="x"), "node_name")) + GOOD + "\n"
+                            ).encode(),
     }
     for name, path in _files(tmp_path, cases).items():
         got = arrow_ingest.why_not(path, "r1", "events")
@@ -231,6 +240,13 @@ def test_a_batch_reads_its_clean_files_together_and_leaves_the_others(tmp_path):
     for path in (a, b, d):  # as each file read alone
         alone = arrow_ingest.rows(path, "r1", "events")
         assert rows.filter(pc.equal(rows.column("file"), str(path))).equals(alone)
+    # files that are not clean alone are not clean together either: a value spread from one file into the next
+    (tmp_path / "x.jsonl").write_text(GOOD[:-1] + ',"x":')
+    (tmp_path / "y.jsonl").write_text("{}}\n")
+    (tmp_path / "z.jsonl").write_text(GOOD + GOOD + "\n")
+    spread = [tmp_path / f"{name}.jsonl" for name in "xyz"]
+    rows, left = arrow_ingest.batch(spread, "r1", "events")
+    assert rows.num_rows == 0 and sorted(left) == sorted(str(p) for p in spread)
     bad = _write(tmp_path, "bad", [GOOD, "not json"])
     rows, left = arrow_ingest.batch([a, bad, d], "r1", "events")
     assert list(left) == [str(bad)] and left[str(bad)].reason == "a line does not start with {"
