@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -141,10 +142,26 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
     return staging, {p: files[p] for p in left}, left
 
 
+@dataclass(frozen=True)
+class _Ingested:
+    """What the ingest leaves for the reconciliation: the driver's line count of every input file
+    (schemas.LINE_COUNTS_SCHEMA rows), and, when the tables are kept in memory and the driver read every file itself
+    (``clean_files``: nothing quarantined), the rows it parsed from each (source -> resolved path -> rows); else None
+    (Spark read some file, or the tables are on disk: Spark counts the rows of the tables)."""
+
+    counts: list[tuple[str, str, str, int]]
+    parsed: dict[str, dict[str, int]] | None
+
+
+def _rows_per_file(rows: pa.Table) -> dict[str, int]:
+    return {v["values"]: v["counts"] for v in pc.value_counts(rows.column("file")).to_pylist()}
+
+
 def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore, workers: int, arrow_reads: bool,
-            say: Progress) -> DataFrame:  # fmt: skip
+            say: Progress) -> _Ingested:  # fmt: skip
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
-    file. The per-run tables, the events, the actions and the pings are independent: written side by side.
+    file, and the rows parsed from each when the driver read them all. The per-run tables, the events, the actions
+    and the pings are independent: written side by side.
     ``arrow_reads``: on disk, clean files are read on the driver (``pipeline.arrow_ingest``), not by Spark."""
     sources = _sources(runs)
     # one layout for the three reads: the queries that consume them are planned (and laid out) after all three
@@ -153,7 +170,9 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
     checked: dict[str, DataFrame] = {}
     cached: list[DataFrame] = []
-    counts: dict[str, DataFrame] = {}
+    counts: dict[str, list[tuple[str, str, str, int]]] = {src.name: [] for src in sources}
+    # source -> file -> rows, for the sources whose every file the driver read into an in-memory table
+    parsed: dict[str, dict[str, int]] = {}
 
     def run_tables() -> None:
         for name, (schema, rows) in io.run_rows(runs).items():
@@ -169,7 +188,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         if arrow_reads and arrow_ingest.supported(src.name):
             staged, files, left = _arrow_stage(src.files, src.name, store.out, workers)
             taken = {p: r for p, r in src.files.items() if p not in files}
-            counts[src.name] = io.line_counts(spark, taken, src.name)
+            counts[src.name] += io.count_rows(taken, src.name)
             say("ingest", f"{src.name}: {len(taken)} file(s) read by Arrow, {len(files)} left to Spark"
                 + (f" (e.g. {next(iter(left))}: {next(iter(left.values()))})" if left else ""))
         if files or staged is None:
@@ -193,7 +212,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
 
     def read(src: _Source, files: dict[Path, str]) -> DataFrame:
         lines = io.read_lines(spark, files, src.name, layout)
-        counts[src.name] = lines.counts if src.name not in counts else counts[src.name].unionByName(lines.counts)
+        counts[src.name] += lines.count_rows
         return lines.lines
 
     def in_memory(src: _Source) -> None:
@@ -208,12 +227,13 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
                 clean.append(got)
         schema = clean_files.table_schema(src.name)
         rows = pa.concat_tables(clean) if clean else clean_files.arrow_schema(src.name).empty_table()
-        counts[src.name] = io.line_counts(spark, {p: r for p, r in src.files.items() if p not in rest}, src.name)
+        counts[src.name] += io.count_rows({p: r for p, r in src.files.items() if p not in rest}, src.name)
         if not rest:
             store.put_arrow(src.name, rows, schema)
+            parsed[src.name] = _rows_per_file(rows)
             return
         lines = io.read_lines(spark, rest, src.name, layout)
-        counts[src.name] = counts[src.name].unionByName(lines.counts)
+        counts[src.name] += lines.count_rows
         tri = src.triage(lines.lines).cache()
         cached.append(tri)
         # the columns of the table on disk: the events' keep ``line`` (null on every accepted row; write_split)
@@ -249,13 +269,22 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         for df in (*checked.values(), *cached):
             df.unpersist()
     io.drop_table(store.out, "ingest_suspects")
-    all_counts = counts[sources[0].name]
-    for src in sources[1:]:
-        all_counts = all_counts.unionByName(counts[src.name])
-    return all_counts
+    every = [row for src in sources for row in counts[src.name]]
+    return _Ingested(every, parsed if len(parsed) == len(sources) and not checked else None)
 
 
-def _reconcile(store: io.TableStore, counts: DataFrame) -> list[dict]:
+def _reconcile(spark: SparkSession, store: io.TableStore, ingested: _Ingested) -> list[dict]:
+    """The reconciliation table: per input file, lines counted against rows parsed and quarantined. When the driver
+    read every file itself (and so quarantined nothing), it knows the rows of each: the table is built on the driver;
+    else Spark counts the rows of the tables."""
+    if ingested.parsed is not None:
+        rows = sorted((run_id, source, file, lines, ingested.parsed[source].get(file, 0), 0,
+                       lines == ingested.parsed[source].get(file, 0))
+                      for run_id, source, file, lines in ingested.counts)
+        table = io.arrow_table(schemas.RECONCILIATION_SCHEMA, rows)
+        store.put_arrow("reconciliation", table, schemas.RECONCILIATION_SCHEMA, ())
+        return table.to_pylist()
+    counts = spark.createDataFrame(ingested.counts, schemas.LINE_COUNTS_SCHEMA)
     accepted = None
     for source, schema in (("events", schemas.EVENTS_SCHEMA), ("actions", schemas.ACTIONS_SCHEMA),
                            ("pings", schemas.PINGS_SCHEMA)):
@@ -265,6 +294,36 @@ def _reconcile(store: io.TableStore, counts: DataFrame) -> list[dict]:
     store.put("reconciliation", ingest.line_reconciliation(counts, accepted, q), (), one_file=True)
     return [r.asDict() for r in store.get("reconciliation", schemas.RECONCILIATION_SCHEMA)
             .orderBy("run_id", "source", "file").collect()]
+
+
+def _warm_up(spark: SparkSession) -> None:
+    """Two tiny queries with the operators and functions the analysis uses (rows from Arrow and from Python, filters,
+    aggregates with sums, means, percentiles, first and max_by, left and full outer joins, windows with a lag, a
+    running max and row numbers, structs and array functions, a union, a sort; rows back as Arrow and as Rows). Run
+    beside the ingest and the reconciliation of a small analysis, on the core they leave idle, they load Spark's
+    classes for those operators and let the JIT compile them before the jobs need them: in a fresh JVM most of a
+    small query's time is that. The results are not used."""
+    rows = pa.table({"run_id": ["r", "r", "s"], "node": ["a", "b", "a"], "t": [1.0, 2.0, 3.0],
+                     "n": [1, 2, 3], "ok": [True, False, True], "tags": [["x", "y"], ["y"], []]})
+    df = spark.createDataFrame(rows).coalesce(1)
+    counts = spark.createDataFrame([("r", "a", 1), ("s", "b", 2)], "run_id string, node string, lines long")
+    per_node = Window.partitionBy("run_id", "node").orderBy("t")
+    running = per_node.rowsBetween(Window.unboundedPreceding, 0)
+    stats = df.groupBy("run_id").agg(
+        F.count("*").alias("rows"), F.sum("n").alias("total"), F.mean("t").alias("mean"),
+        F.percentile("t", 0.5).alias("median"), F.max("t").alias("last"), F.min("t").alias("first_t"),
+        F.first("node").alias("node0"), F.max_by("node", "t").alias("latest"),
+        F.sum(F.when(F.col("ok"), 1).otherwise(0)).alias("oks"))
+    out = (df.where(F.col("t") > 0).join(stats, "run_id", "left")
+           .join(counts, ["run_id", "node"], "full_outer").join(F.broadcast(stats.select("run_id")), "run_id", "left")
+           .withColumn("prev", F.lag("t").over(per_node)).withColumn("top", F.max("t").over(running))
+           .withColumn("rank", F.row_number().over(per_node)).withColumn("bin", F.floor(F.col("t") / 2))
+           .withColumn("pair", F.struct("node", "t"))
+           .withColumn("mix", F.array_join(F.array_sort(F.array_distinct("tags")), "+"))
+           .select(*[F.coalesce(F.col(c), F.lit(0)).alias(c) if c in ("lines", "n") else c
+                     for c in ("run_id", "node", "t", "n", "lines", "prev", "top", "rank", "bin", "pair", "mix")]))
+    out.unionByName(out).orderBy("run_id", F.desc("node"), "t").toArrow()
+    stats.orderBy("run_id").collect()
 
 
 def _job_threads(spark: SparkSession) -> int:
@@ -360,17 +419,32 @@ def analyze(
 def _analyze(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
              stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
              check_reconciliation: bool, arrow_reads: bool) -> AnalysisResult:  # fmt: skip
+    warming = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snekbed-warm-up")
+    # a small analysis: its first queries' time is mostly the JVM's, warm it up meanwhile
+    warmed = warming.submit(_warm_up, spark) if store.in_memory else None
+    try:
+        return _analyze_stages(spark, runs, store, say, stage_s, t, timeline_bin_s, churn_bin_s,
+                               check_reconciliation, arrow_reads)
+    finally:
+        warming.shutdown(wait=True)
+        if warmed is not None and warmed.exception() is not None:  # only slower: say so, the results stand
+            say("warning", f"the JVM warm-up query failed: {warmed.exception()}")
+
+
+def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
+                    stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
+                    check_reconciliation: bool, arrow_reads: bool) -> AnalysisResult:  # fmt: skip
     ab_meta = io.ab_meta(spark, runs)
     workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files" + (", tables kept in memory" if store.in_memory else ""))
-    counts = _ingest(spark, runs, store, workers, arrow_reads, say)
+    ingested = _ingest(spark, runs, store, workers, arrow_reads, say)
     io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("reconcile", "lines = parsed + quarantined, per file")
-    recon = _reconcile(store, counts)
+    recon = _reconcile(spark, store, ingested)
     stage_s["reconcile"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -58,7 +58,7 @@ __all__ = [
     "load_run",
     "run_rows",
     "arrow_table",
-    "line_counts",
+    "count_rows",
     "read_lines",
     "write_table",
     "write_split",
@@ -466,10 +466,12 @@ def pack_table_reads(spark: SparkSession) -> None:
 @dataclass(frozen=True)
 class LineRead:
     """``lines``: schemas.LINES_SCHEMA (lazy). ``counts``: schemas.LINE_COUNTS_SCHEMA, counted by the
-    driver from the bytes of each file, independently of Spark (the reconciliation's input side)."""
+    driver from the bytes of each file, independently of Spark (the reconciliation's input side); ``count_rows``:
+    the same rows, on the driver."""
 
     lines: DataFrame
     counts: DataFrame
+    count_rows: tuple[tuple[str, str, str, int], ...] = ()
 
 
 def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:
@@ -521,7 +523,7 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
     count_df = spark.createDataFrame(counts, schemas.LINE_COUNTS_SCHEMA)
     nonempty = [p for p in run_of if os.path.getsize(p) > 0]
     if not nonempty:
-        return LineRead(spark.createDataFrame([], schemas.LINES_SCHEMA), count_df)
+        return LineRead(spark.createDataFrame([], schemas.LINES_SCHEMA), count_df, tuple(counts))
     layout = layout or read_layout([os.path.getsize(p) for p in nonempty])
     for key, value in layout.settings.items():
         spark.conf.set(key, value)
@@ -543,7 +545,7 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
         lines = _packed_lines(spark, scan, run_of, {path: n for _, _, path, n in counts}, row_id)
     else:
         lines = _one_per_task_lines(spark, spark.read.text(nonempty), run_of, nonempty, row_id)
-    return LineRead(lines, count_df)
+    return LineRead(lines, count_df, tuple(counts))
 
 
 def _counted(run_of: Mapping[str, str], source: str) -> list[tuple[str, str, str, int]]:
@@ -556,12 +558,11 @@ def _counted(run_of: Mapping[str, str], source: str) -> list[tuple[str, str, str
     return counts
 
 
-def line_counts(spark: SparkSession, files: Mapping[Path, str], source: str) -> DataFrame:
-    """schemas.LINE_COUNTS_SCHEMA rows of ``files`` (a local path -> the run_id of its run directory), counted by the
-    driver (``count_lines``): the input side of the reconciliation, for files whose lines ``read_lines`` does not read.
-    Raises RunDatasetError if a file cannot be read."""
-    return spark.createDataFrame(_counted({str(Path(f).resolve()): r for f, r in files.items()}, source),
-                                 schemas.LINE_COUNTS_SCHEMA)
+def count_rows(files: Mapping[Path, str], source: str) -> list[tuple[str, str, str, int]]:
+    """schemas.LINE_COUNTS_SCHEMA rows (run_id, source, file, lines) of ``files`` (a local path -> the run_id of its
+    run directory), counted by the driver (``count_lines``): the input side of the reconciliation, for files whose
+    lines ``read_lines`` does not read. Raises RunDatasetError if a file cannot be read."""
+    return _counted({str(Path(f).resolve()): r for f, r in files.items()}, source)
 
 
 def _local_path(uri: str) -> str:
