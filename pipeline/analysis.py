@@ -151,6 +151,16 @@ class _Ingested:
 
     counts: list[tuple[str, str, str, int]]
     parsed: dict[str, dict[str, int]] | None
+    #: the events table's rows, when they were all read on the driver into an in-memory table (else None)
+    events: pa.Table | None = None
+
+
+def _run_bounds(events: pa.Table) -> list[tuple[str, float | None, float | None]]:
+    """``episodes.run_bounds`` of the events' rows on the driver: (run_id, earliest node_started, latest event)."""
+    started = pc.if_else(pc.equal(events.column("event"), "node_started"), events.column("mono_s"), None)
+    by_run = pa.table({"run_id": events.column("run_id"), "start_s": started, "end_s": events.column("mono_s")}
+                      ).group_by("run_id").aggregate([("start_s", "min"), ("end_s", "max")])
+    return list(zip(*(by_run.column(c).to_pylist() for c in ("run_id", "start_s_min", "end_s_max"))))
 
 
 def _rows_per_file(rows: pa.Table) -> dict[str, int]:
@@ -173,6 +183,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     counts: dict[str, list[tuple[str, str, str, int]]] = {src.name: [] for src in sources}
     # source -> file -> rows, for the sources whose every file the driver read into an in-memory table
     parsed: dict[str, dict[str, int]] = {}
+    driver_rows: dict[str, pa.Table] = {}
 
     def run_tables() -> None:
         for name, (schema, rows) in io.run_rows(runs).items():
@@ -231,6 +242,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         if not rest:
             store.put_arrow(src.name, rows, schema)
             parsed[src.name] = _rows_per_file(rows)
+            driver_rows[src.name] = rows
             return
         lines = io.read_lines(spark, rest, src.name, layout)
         counts[src.name] += lines.count_rows
@@ -270,7 +282,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
             df.unpersist()
     io.drop_table(store.out, "ingest_suspects")
     every = [row for src in sources for row in counts[src.name]]
-    return _Ingested(every, parsed if len(parsed) == len(sources) and not checked else None)
+    return _Ingested(every, parsed if len(parsed) == len(sources) and not checked else None, driver_rows.get("events"))
 
 
 def _reconcile(spark: SparkSession, store: io.TableStore, ingested: _Ingested) -> list[dict]:
@@ -455,7 +467,9 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
     pings = get("pings", schemas.PINGS_SCHEMA)
     runs_df = get("runs", schemas.RUNS_SCHEMA)
     links = get("links", schemas.LINKS_SCHEMA)
-    bounds = spark.createDataFrame(episodes.run_bounds(events).collect(), "run_id string, start_s double, end_s double")
+    # the events' rows on the driver (a small analysis of clean files): no Spark query on every chain's path
+    bounds = spark.createDataFrame(episodes.run_bounds(events).collect() if ingested.events is None
+                                   else _run_bounds(ingested.events), "run_id string, start_s double, end_s double")
     if store.in_memory:
         bounds = bounds.coalesce(1)  # like every other input of the jobs: one partition, no exchange
 

@@ -7,13 +7,14 @@ import json
 import random
 import struct
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from contract import dataset as contract
 from pipeline import analysis, arrow_ingest, clean_files, io, schemas
 from pipeline.errors import RunDatasetError
-from pipeline.jobs import ingest
+from pipeline.jobs import episodes, ingest
 from tests.pipeline.conftest import assert_frames_equal, gen_events
 from tests.pipeline.test_clean_files import _number
 from tests.pipeline.test_contract import OTHER, VALID, event
@@ -251,3 +252,20 @@ def test_a_batch_reads_its_clean_files_together_and_leaves_the_others(tmp_path):
     rows, left = arrow_ingest.batch([a, bad, d], "r1", "events")
     assert list(left) == [str(bad)] and left[str(bad)].reason == "a line does not start with {"
     assert rows.column("file").to_pylist() == [str(a)] * 3 + [str(d)]
+
+
+def test_run_bounds_on_the_driver_are_sparks(spark, tmp_path):
+    """A small analysis of clean files takes each run's bounds from the events' rows on the driver: the rows Spark's
+    ``episodes.run_bounds`` gives for the same events (two runs, one without node_started)."""
+    tables = []
+    for run_id, seed in (("b1", 1), ("b2", 2)):
+        gen_events.generate_run(tmp_path / run_id, run_id, nodes=5, duration_s=30.0, seed=seed, variant="snek")
+        for path in sorted((tmp_path / run_id / "events").glob("*.jsonl")):
+            tables.append(clean_files.rows(path, run_id, "events"))
+    events = pa.concat_tables(tables)
+    no_start = events.filter(pc.and_(pc.equal(events.column("run_id"), "b2"),
+                                     pc.not_equal(events.column("event"), "node_started")))
+    events = pa.concat_tables([events.filter(pc.equal(events.column("run_id"), "b1")), no_start])
+    mine = sorted(analysis._run_bounds(events))
+    theirs = sorted(tuple(r) for r in episodes.run_bounds(spark.createDataFrame(events)).collect())
+    assert mine == theirs and mine[1][1] is None and mine[0][1] is not None
