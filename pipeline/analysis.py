@@ -4,10 +4,13 @@ Used by ``snekbed analyze`` (``pipeline.cli``), by ``spark-submit
 pipeline/submit.py`` and by the benchmark. Stages (each reported to the
 ``progress`` callback):
 
-1. ``ingest``: event logs through the fast path in one pass
-   (``ingest.triage_events``, written once as ``events`` + suspects), suspects
-   through the full check (``validate_events``): accepted rows are appended to
-   ``events``, the rest go to ``quarantine``; actions and pings likewise;
+1. ``ingest``: with a local master, clean files (every line valid; nearly all) are
+   read on the driver: ``clean_files`` for a small input kept in memory,
+   ``arrow_ingest`` (Arrow's JSON reader, event logs and pings) on disk; the other
+   files' lines go through Spark's fast path in one pass (``ingest.triage_events``,
+   written once as ``events`` + suspects), suspects through the full check
+   (``validate_events``): accepted rows are appended to ``events``, the rest go to
+   ``quarantine``; actions and pings likewise;
 2. ``reconcile``: lines per input file (counted by the driver from the bytes)
    against accepted + quarantined rows; any file that does not add up fails the
    analysis (``ReconciliationError``) after the table is written;
