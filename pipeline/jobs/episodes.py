@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import networkx as nx
@@ -144,17 +145,22 @@ def episodes(runs: DataFrame, links: DataFrame, actions: DataFrame, bounds: Data
     A run without node_started events gets no episodes. Raises JobInputError (see plan_episodes).
     """
     spark: SparkSession = runs.sparkSession
-    starts = {r.run_id: r.start_s for r in bounds.collect()}
+    wanted = actions.where(F.col("action").isin(*EPISODE_ACTIONS))
+    # four small independent queries: side by side (each is mostly the driver's planning and scheduling)
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snekbed-episodes") as pool:
+        bound_rows, link_rows_, action_rows, run_rows = pool.map(lambda df: df.collect(), [
+            bounds, links.select("run_id", "a", "b"),
+            wanted.select("run_id", "mono_s", "action", "target", "detail", "line_no"), runs.select("run_id", "nodes")])
+    starts = {r.run_id: r.start_s for r in bound_rows}
     link_rows: dict[str, list[tuple[str, str]]] = {}
-    for r in links.select("run_id", "a", "b").collect():
+    for r in link_rows_:
         link_rows.setdefault(r.run_id, []).append((r.a, r.b))
     acts: dict[str, list[Action]] = {}
-    wanted = actions.where(F.col("action").isin(*EPISODE_ACTIONS))
-    for r in wanted.select("run_id", "mono_s", "action", "target", "detail", "line_no").collect():
+    for r in action_rows:
         detail = json.loads(r.detail) if r.detail else None
         acts.setdefault(r.run_id, []).append(Action(r.mono_s, r.action, r.target, detail, r.line_no or 0))
     rows = []
-    for run in runs.select("run_id", "nodes").collect():
+    for run in run_rows:
         start = starts.get(run.run_id)
         if start is None:
             continue
