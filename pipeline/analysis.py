@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -112,9 +113,12 @@ def _sources(runs: Sequence[io.RunDir]) -> list[_Source]:
 
 
 #: Bytes of input files whose Arrow rows (``_arrow_stage``) are written as one Parquet file: big enough that a big
-#: input makes few files (each of Spark's scans opens every one), small enough that a few batches in flight stay
-#: within the driver's memory (the rows take some 1.5 times their bytes).
+#: input makes few files (each of Spark's scans opens every one), small enough that the batches in flight (one per
+#: job thread) stay within the driver's memory (a batch takes some 3 times its bytes: the bytes, a joined copy, the
+#: rows).
 ARROW_BATCH_BYTES = 64 << 20
+#: A file larger than this is left to Spark's ingest, which streams it: the driver would hold it whole, three times.
+ARROW_FILE_BYTES = 4 * ARROW_BATCH_BYTES
 
 
 def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
@@ -122,11 +126,14 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
     """Read the clean files of ``files`` (path -> run_id) with ``arrow_ingest`` on ``workers`` threads, in batches of
     one run's files (``ARROW_BATCH_BYTES``), each written as Parquet parts into a new staging directory. Returns
     the staging directory, the files left to Spark (path -> run_id) and why each was left (path -> reason)."""
-    staging = io.staging_dir(out)
     batches: list[list[tuple[Path, str]]] = []
+    big = {}
     room = 0
     for path, run_id in sorted(files.items(), key=lambda kv: (kv[1], str(kv[0]))):
         size = os.path.getsize(path)
+        if size > ARROW_FILE_BYTES:
+            big[path] = f"{size} bytes: Spark's ingest streams a file this large"
+            continue
         if not batches or batches[-1][0][1] != run_id or size > room:  # a batch holds one run's files
             batches.append([])
             room = ARROW_BATCH_BYTES
@@ -140,8 +147,14 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
             io.write_arrow_part(rows, staging, f"arrow-{index:06d}")
         return {path: why.reason for path, why in left.items()}
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-arrow") as pool:
-        left = {Path(path): why for got in pool.map(one, range(len(batches))) for path, why in got.items()}
+    staging = io.staging_dir(out)
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-arrow") as pool:
+            left = {Path(path): why for got in pool.map(one, range(len(batches))) for path, why in got.items()}
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    left.update(big)
     return staging, {p: files[p] for p in left}, left
 
 
@@ -198,17 +211,23 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     def on_disk(src: _Source) -> None:
         # clean files (the usual case) are parsed on the driver by Arrow (pipeline.arrow_ingest) and staged as
         # Parquet; the others go through Spark's ingest, which writes the table; the staged parts join it after
-        files, staged = src.files, None
-        if arrow_reads and arrow_ingest.supported(src.name):
-            staged, files, left = _arrow_stage(src.files, src.name, store.out, workers)
+        if not (arrow_reads and arrow_ingest.supported(src.name)):
+            (events_on_disk if src.name == "events" else records_on_disk)(src, src.files)
+            return
+        staged, files, left = _arrow_stage(src.files, src.name, store.out, workers)
+        try:
             taken = {p: r for p, r in src.files.items() if p not in files}
             counts[src.name] += io.count_rows(taken, src.name)
             say("ingest", f"{src.name}: {len(taken)} file(s) read by Arrow, {len(files)} left to Spark"
                 + (f" (e.g. {next(iter(left))}: {next(iter(left.values()))})" if left else ""))
-        if files or staged is None:
-            (events_on_disk if src.name == "events" else records_on_disk)(src, files)
-        if staged is not None:
-            store.written(src.name, io.add_parts(staged, store.out, src.name))
+            if files:  # Spark's ingest replaces the table, with the rows of the files left to it
+                (events_on_disk if src.name == "events" else records_on_disk)(src, files)
+            else:  # the staged parts are the whole table: nothing of an earlier analysis into ``out`` may stay
+                io.drop_table(store.out, src.name)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        store.written(src.name, io.add_parts(staged, store.out, src.name))
 
     def events_on_disk(src: _Source, files: dict[Path, str]) -> None:
         paths = io.write_split(src.triage(read(src, files)), store.out, ingest.TRIAGE,

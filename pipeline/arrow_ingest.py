@@ -174,7 +174,6 @@ def _bytes_problem(data: bytes) -> str | None:
         return "a \\r"
     if b"\\" in data:
         return "an escape"
-    # memchr first: the capitals are rare in event logs, the words rarer still
     if b"\x00" in data:
         return "a NUL byte"
     # memchr first: the capitals are rare in event logs, the words rarer still. Arrow's parser (RapidJSON) takes

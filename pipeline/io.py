@@ -465,13 +465,12 @@ def pack_table_reads(spark: SparkSession) -> None:
 
 @dataclass(frozen=True)
 class LineRead:
-    """``lines``: schemas.LINES_SCHEMA (lazy). ``counts``: schemas.LINE_COUNTS_SCHEMA, counted by the
-    driver from the bytes of each file, independently of Spark (the reconciliation's input side); ``count_rows``:
-    the same rows, on the driver."""
+    """``lines``: schemas.LINES_SCHEMA (lazy). ``count_rows``: schemas.LINE_COUNTS_SCHEMA rows (run_id, source,
+    file, lines), counted by the driver from the bytes of each file, independently of Spark (the reconciliation's
+    input side)."""
 
     lines: DataFrame
-    counts: DataFrame
-    count_rows: tuple[tuple[str, str, str, int], ...] = ()
+    count_rows: tuple[tuple[str, str, str, int], ...]
 
 
 def count_lines(path: str | Path, chunk_bytes: int = 1 << 24) -> int:
@@ -520,10 +519,9 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
     """
     run_of = {str(Path(f).resolve()): run_id for f, run_id in files.items()}
     counts = _counted(run_of, source)
-    count_df = spark.createDataFrame(counts, schemas.LINE_COUNTS_SCHEMA)
     nonempty = [p for p in run_of if os.path.getsize(p) > 0]
     if not nonempty:
-        return LineRead(spark.createDataFrame([], schemas.LINES_SCHEMA), count_df, tuple(counts))
+        return LineRead(spark.createDataFrame([], schemas.LINES_SCHEMA), tuple(counts))
     layout = layout or read_layout([os.path.getsize(p) for p in nonempty])
     for key, value in layout.settings.items():
         spark.conf.set(key, value)
@@ -545,7 +543,7 @@ def read_lines(spark: SparkSession, files: Mapping[Path, str], source: str,
         lines = _packed_lines(spark, scan, run_of, {path: n for _, _, path, n in counts}, row_id)
     else:
         lines = _one_per_task_lines(spark, spark.read.text(nonempty), run_of, nonempty, row_id)
-    return LineRead(lines, count_df, tuple(counts))
+    return LineRead(lines, tuple(counts))
 
 
 def _counted(run_of: Mapping[str, str], source: str) -> list[tuple[str, str, str, int]]:
@@ -677,7 +675,7 @@ def write_arrow_part(rows: pa.Table, directory: str | Path, part: str, partition
 
 def staging_dir(out: str | Path) -> Path:
     """A new, empty directory under ``out``'s tables for parts that become a table later (``add_parts``)."""
-    path = Path(out) / "tables" / f"_staging-{uuid.uuid4().hex[:8]}"
+    path = Path(out) / "tables" / f"_staging-{uuid.uuid4().hex}"
     path.mkdir(parents=True)
     return path
 
@@ -706,7 +704,7 @@ def write_split(
     Every listed table is replaced; one with no rows is written empty. Returns name -> path.
     Raises PipelineError for values of ``by`` not in ``tables``.
     """
-    staging = Path(out) / "tables" / f"_staging-{uuid.uuid4().hex[:8]}"
+    staging = staging_dir(out)
     df.write.mode("overwrite").partitionBy(by, *partition_by).parquet(str(staging))
     unknown = [d.name for d in staging.iterdir() if d.is_dir() and d.name.split("=", 1)[1] not in tables]
     if unknown:

@@ -269,3 +269,29 @@ def test_run_bounds_on_the_driver_are_sparks(spark, tmp_path):
     mine = sorted(analysis._run_bounds(events))
     theirs = sorted(tuple(r) for r in episodes.run_bounds(spark.createDataFrame(events)).collect())
     assert mine == theirs and mine[1][1] is None and mine[0][1] is not None
+
+
+@pytest.mark.slow
+def test_an_analysis_into_an_earlier_ones_out_keeps_nothing_of_it(spark, tmp_path, monkeypatch):
+    """When Arrow reads every file, its staged parts are the whole table: nothing of an earlier analysis into the same
+    output directory stays (another run's rows). And a failure after the staging leaves no staged part behind."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    gen_events.generate_run(first, "ra", nodes=5, duration_s=30.0, seed=1, variant="snek")
+    gen_events.generate_run(second, "rb", nodes=4, duration_s=30.0, seed=2, variant="snek")
+    out = tmp_path / "out"
+    analysis.analyze(spark, [first, second], out, in_memory=False, arrow_reads=True)
+    again = analysis.analyze(spark, [second], out, in_memory=False, arrow_reads=True)
+    assert all(r["ok"] for r in again.reconciliation)
+    for name in ("events", "pings"):
+        assert {r.run_id for r in spark.read.parquet(io.table_path(out, name)).select("run_id").distinct().collect()
+                } == {"rb"}, name
+    with (sorted((second / "events").glob("*.jsonl"))[0]).open("a") as f:
+        f.write("not json\n")  # one file for Spark's ingest, which fails here
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("Spark's ingest failed")
+
+    monkeypatch.setattr(io, "write_split", fail)
+    with pytest.raises(RuntimeError, match="ingest failed"):
+        analysis.analyze(spark, [second], out, in_memory=False, arrow_reads=True)
+    assert list((out / "tables").glob("_staging-*")) == []

@@ -173,7 +173,7 @@ def test_injected_bad_lines_in_a_run_end_up_in_quarantine(spark, tmp_path):
                                      "run_id string, source string, file string, line_no long, reason string")
     assert_frames_equal(q.select("run_id", "source", "file", "line_no", "reason"), expected)
     accepted_rows = ingest.accepted(validated, schemas.EVENTS_SCHEMA).select("run_id", "file")
-    recon = ingest.line_reconciliation(read.counts, accepted_rows.withColumn("source", F.lit("events")), q)
+    recon = ingest.line_reconciliation(spark.createDataFrame(read.count_rows, schemas.LINE_COUNTS_SCHEMA), accepted_rows.withColumn("source", F.lit("events")), q)
     rows = recon.collect()
     assert len(rows) == len(r.event_files) and all(row.ok for row in rows)
     by_file = {row.file: row for row in rows}

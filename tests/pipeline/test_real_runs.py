@@ -175,15 +175,18 @@ def test_the_tables_do_not_depend_on_how_files_are_laid_out_over_tasks(spark, re
         assert_frames_equal(io.read_table(spark, again, name, schema), io.read_table(spark, out, name, schema))
 
 
-def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, real_runs, real_analysis, tmp_path):
+@pytest.mark.parametrize("arrow_reads", [False, True], ids=["spark-reads", "arrow-reads"])
+def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, real_runs, real_analysis, tmp_path,
+                                                                      arrow_reads):
     """Small inputs on a local master are analyzed with every table kept in memory (io.TableStore): collected as
-    Arrow, written from the driver, and read by later steps in one partition. Analyzed again on disk (each table
-    written by Spark and read back from its Parquet files), every table is the same, row for row, and so is the
+    Arrow, written from the driver, and read by later steps in one partition, the input files read on the driver
+    (clean_files). Analyzed again on disk (each table written and read back from its Parquet files), the input files
+    read by Spark's ingest or by Arrow's reader (arrow_ingest), every table is the same, row for row, and so is the
     report's data: the mode changes how the work is run, never its result."""
     out, result = real_analysis
     assert analysis.in_memory_default(spark, io.discover_runs(real_runs)), "the fixture's runs should be small"
     on_disk = tmp_path / "on-disk"
-    again = analysis.analyze(spark, real_runs, on_disk, in_memory=False)
+    again = analysis.analyze(spark, real_runs, on_disk, in_memory=False, arrow_reads=arrow_reads)
     assert sorted(again.tables) == sorted(result.tables)
     assert len(again.tables) >= 20, again.tables
     for name in sorted(result.tables):
@@ -195,6 +198,8 @@ def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, re
     assert _close(json.loads((on_disk / "plots.json").read_text()), json.loads((out / "plots.json").read_text()))
     assert (on_disk / "report.md").read_text() == (out / "report.md").read_text()
     assert again.reconciliation == result.reconciliation and again.events == result.events
+    arrow_parts = list((on_disk / "tables" / "events").rglob("part-arrow-*.parquet"))
+    assert bool(arrow_parts) == arrow_reads  # the reader asked for read the event logs
 
 
 def _close(a, b) -> bool:
@@ -219,7 +224,7 @@ def test_a_run_whose_every_line_passes_the_fast_path_is_analyzed_in_memory(spark
     got = analysis.analyze(spark, [run], tmp_path / "mem", in_memory=True)
     assert got.quarantined == 0 and got.events > 0 and all(r["ok"] for r in got.reconciliation)
     assert io.read_table(spark, tmp_path / "mem", "quarantine", schemas.QUARANTINE_SCHEMA).count() == 0
-    disk = analysis.analyze(spark, [run], tmp_path / "disk", in_memory=False)
+    disk = analysis.analyze(spark, [run], tmp_path / "disk", in_memory=False, arrow_reads=False)  # Spark's ingest
     assert disk.reconciliation == got.reconciliation
     for name, schema in (("events", schemas.EVENTS_SCHEMA), ("episodes", schemas.EPISODES_SCHEMA),
                          ("convergence", schemas.CONVERGENCE_SCHEMA), ("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)):
