@@ -122,10 +122,10 @@ ARROW_FILE_BYTES = 4 * ARROW_BATCH_BYTES
 
 
 def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
-                 ) -> tuple[Path, dict[Path, str], dict[Path, str]]:  # fmt: skip
+                 ) -> tuple[Path, dict[Path, str]]:  # fmt: skip
     """Read the clean files of ``files`` (path -> run_id) with ``arrow_ingest`` on ``workers`` threads, in batches of
     one run's files (``ARROW_BATCH_BYTES``), each written as Parquet parts into a new staging directory. Returns
-    the staging directory, the files left to Spark (path -> run_id) and why each was left (path -> reason)."""
+    the staging directory and the files left to Spark, with why (path -> reason)."""
     batches: list[list[tuple[Path, str]]] = []
     big = {}
     room = 0
@@ -155,7 +155,7 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     left.update(big)
-    return staging, {p: files[p] for p in left}, left
+    return staging, left
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     counts: dict[str, list[tuple[str, str, str, int]]] = {src.name: [] for src in sources}
     # source -> file -> rows, for the sources whose every file the driver read into an in-memory table
     parsed: dict[str, dict[str, int]] = {}
-    driver_rows: dict[str, pa.Table] = {}
+    driver_events: list[pa.Table] = []  # the events' rows, when the driver read every event log
 
     def run_tables() -> None:
         for name, (schema, rows) in io.run_rows(runs).items():
@@ -214,9 +214,10 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         if not (arrow_reads and arrow_ingest.supported(src.name)):
             (events_on_disk if src.name == "events" else records_on_disk)(src, src.files)
             return
-        staged, files, left = _arrow_stage(src.files, src.name, store.out, workers)
+        staged, left = _arrow_stage(src.files, src.name, store.out, workers)
         try:
-            taken = {p: r for p, r in src.files.items() if p not in files}
+            files = {p: src.files[p] for p in left}
+            taken = {p: r for p, r in src.files.items() if p not in left}
             counts[src.name] += io.count_rows(taken, src.name)
             say("ingest", f"{src.name}: {len(taken)} file(s) read by Arrow, {len(files)} left to Spark"
                 + (f" (e.g. {next(iter(left))}: {next(iter(left.values()))})" if left else ""))
@@ -264,7 +265,8 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         if not rest:
             store.put_arrow(src.name, rows, schema)
             parsed[src.name] = _rows_per_file(rows)
-            driver_rows[src.name] = rows
+            if src.name == "events":
+                driver_events.append(rows)
             return
         lines = io.read_lines(spark, rest, src.name, layout)
         counts[src.name] += lines.count_rows
@@ -304,7 +306,8 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
             df.unpersist()
     io.drop_table(store.out, "ingest_suspects")
     every = [row for src in sources for row in counts[src.name]]
-    return _Ingested(every, parsed if len(parsed) == len(sources) and not checked else None, driver_rows.get("events"))
+    return _Ingested(every, parsed if len(parsed) == len(sources) and not checked else None,
+                     driver_events[0] if driver_events else None)
 
 
 def _reconcile(spark: SparkSession, store: io.TableStore, ingested: _Ingested) -> list[dict]:

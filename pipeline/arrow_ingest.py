@@ -258,9 +258,7 @@ def _kind_problem(col: pa.ChunkedArray, f: Field) -> str | None:
     return None
 
 
-def _common_problem(parsed: pa.Table, run_id: str) -> str | None:
-    if "v" in parsed.column_names and not pc.all(pc.equal(parsed.column("v"), SCHEMA_VERSION)).as_py():
-        return "v: not the schema version"
+def _run_problem(parsed: pa.Table, run_id: str) -> str | None:
     if not pc.all(pc.equal(parsed.column("run_id"), run_id)).as_py():
         return "run_id: not the run's"
     return None
@@ -272,7 +270,7 @@ def _records_problem(parsed: pa.Table, lines: pa.LargeStringArray, run_id: str, 
         bad = _field_problem(col, f, None, lines) or _kind_problem(col, f)
         if bad:
             return bad
-    return _common_problem(parsed, run_id)
+    return _run_problem(parsed, run_id)
 
 
 def _events_problem(parsed: pa.Table, lines: pa.LargeStringArray, run_id: str) -> str | None:
@@ -281,13 +279,15 @@ def _events_problem(parsed: pa.Table, lines: pa.LargeStringArray, run_id: str) -
         bad = _field_problem(col, f, None, lines) or _kind_problem(col, f)
         if bad:
             return bad
+    if not pc.all(pc.equal(parsed.column("v"), SCHEMA_VERSION)).as_py():
+        return "v: not the schema version"
     event = parsed.column("event")
     if not pc.all(pc.is_in(event, value_set=pa.array(list(EVENT_TYPES), pa.string()))).as_py():
         return "event: unknown"
-    bad = _common_problem(parsed, run_id)
+    bad = _run_problem(parsed, run_id)
     if bad:
         return bad
-    present = {e for e in pc.unique(event).to_pylist()}
+    present = set(pc.unique(event).to_pylist())
     of_event = {e: pc.equal(event, e) for e in present}
     for e in present:
         for f in EVENT_TYPES[e]:
@@ -296,9 +296,9 @@ def _events_problem(parsed: pa.Table, lines: pa.LargeStringArray, run_id: str) -
                 return f"{e}: {bad}"
     for union in EVENT_FIELDS:
         col = parsed.column(union.name)
-        owners = [e for e in present if any(f.name == union.name for f in EVENT_TYPES[e])]
         if col.null_count == len(col):
             continue
+        owners = [e for e in present if any(f.name == union.name for f in EVENT_TYPES[e])]
         if not owners or _any(pc.and_(pc.is_valid(col), pc.invert(pc.is_in(event, value_set=pa.array(owners))))):
             return f"{union.name}: a value in a row of another event"
         bad = _kind_problem(col, union)

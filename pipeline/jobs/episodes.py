@@ -146,14 +146,15 @@ def episodes(runs: DataFrame, links: DataFrame, actions: DataFrame, bounds: Data
     """
     spark: SparkSession = runs.sparkSession
     wanted = actions.where(F.col("action").isin(*EPISODE_ACTIONS))
-    # four small independent queries: side by side (each is mostly the driver's planning and scheduling)
+    # four small independent queries: side by side (each is mostly the driver's planning and scheduling), as
+    # io.collect_all does for the report (jobs do not import io: they never touch storage)
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snekbed-episodes") as pool:
-        bound_rows, link_rows_, action_rows, run_rows = pool.map(lambda df: df.collect(), [
+        bound_rows, link_pairs, action_rows, run_rows = pool.map(lambda df: df.collect(), [
             bounds, links.select("run_id", "a", "b"),
             wanted.select("run_id", "mono_s", "action", "target", "detail", "line_no"), runs.select("run_id", "nodes")])
     starts = {r.run_id: r.start_s for r in bound_rows}
     link_rows: dict[str, list[tuple[str, str]]] = {}
-    for r in link_rows_:
+    for r in link_pairs:
         link_rows.setdefault(r.run_id, []).append((r.a, r.b))
     acts: dict[str, list[Action]] = {}
     for r in action_rows:
