@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -333,36 +333,6 @@ def _reconcile(spark: SparkSession, store: io.TableStore, ingested: _Ingested) -
             .orderBy("run_id", "source", "file").collect()]
 
 
-def _warm_up(spark: SparkSession) -> None:
-    """Two tiny queries with the operators and functions the analysis uses (rows from Arrow and from Python, filters,
-    aggregates with sums, means, percentiles, first and max_by, left and full outer joins, windows with a lag, a
-    running max and row numbers, structs and array functions, a union, a sort; rows back as Arrow and as Rows). Run
-    beside the ingest and the reconciliation of a small analysis, on the core they leave idle, they load Spark's
-    classes for those operators and let the JIT compile them before the jobs need them: in a fresh JVM most of a
-    small query's time is that. The results are not used."""
-    rows = pa.table({"run_id": ["r", "r", "s"], "node": ["a", "b", "a"], "t": [1.0, 2.0, 3.0],
-                     "n": [1, 2, 3], "ok": [True, False, True], "tags": [["x", "y"], ["y"], []]})
-    df = spark.createDataFrame(rows).coalesce(1)
-    counts = spark.createDataFrame([("r", "a", 1), ("s", "b", 2)], "run_id string, node string, lines long")
-    per_node = Window.partitionBy("run_id", "node").orderBy("t")
-    running = per_node.rowsBetween(Window.unboundedPreceding, 0)
-    stats = df.groupBy("run_id").agg(
-        F.count("*").alias("rows"), F.sum("n").alias("total"), F.mean("t").alias("mean"),
-        F.percentile("t", 0.5).alias("median"), F.max("t").alias("last"), F.min("t").alias("first_t"),
-        F.first("node").alias("node0"), F.max_by("node", "t").alias("latest"),
-        F.sum(F.when(F.col("ok"), 1).otherwise(0)).alias("oks"))
-    out = (df.where(F.col("t") > 0).join(stats, "run_id", "left")
-           .join(counts, ["run_id", "node"], "full_outer").join(F.broadcast(stats.select("run_id")), "run_id", "left")
-           .withColumn("prev", F.lag("t").over(per_node)).withColumn("top", F.max("t").over(running))
-           .withColumn("rank", F.row_number().over(per_node)).withColumn("bin", F.floor(F.col("t") / 2))
-           .withColumn("pair", F.struct("node", "t"))
-           .withColumn("mix", F.array_join(F.array_sort(F.array_distinct("tags")), "+"))
-           .select(*[F.coalesce(F.col(c), F.lit(0)).alias(c) if c in ("lines", "n") else c
-                     for c in ("run_id", "node", "t", "n", "lines", "prev", "top", "rank", "bin", "pair", "mix")]))
-    out.unionByName(out).orderBy("run_id", F.desc("node"), "t").toArrow()
-    stats.orderBy("run_id").collect()
-
-
 def _job_threads(spark: SparkSession) -> int:
     """How many of the analysis's independent jobs run at once: Spark's default parallelism (the cores of
     a local master), at least 2 and at most 4. Most of a small job's time is the driver's (planning, code
@@ -447,25 +417,10 @@ def analyze(
     try:
         if arrow_reads is None:  # a local master's driver sees the input files, and its cores are the executors'
             arrow_reads = not store.in_memory and spark.sparkContext.master.startswith("local")
-        return _analyze(spark, runs, store, say, stage_s, t, timeline_bin_s, churn_bin_s, check_reconciliation,
-                        arrow_reads)
-    finally:
-        store.release()
-
-
-def _analyze(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
-             stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
-             check_reconciliation: bool, arrow_reads: bool) -> AnalysisResult:  # fmt: skip
-    warming = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snekbed-warm-up")
-    # a small analysis: its first queries' time is mostly the JVM's, warm it up meanwhile
-    warmed = warming.submit(_warm_up, spark) if store.in_memory else None
-    try:
         return _analyze_stages(spark, runs, store, say, stage_s, t, timeline_bin_s, churn_bin_s,
                                check_reconciliation, arrow_reads)
     finally:
-        warming.shutdown(wait=True)
-        if warmed is not None and warmed.exception() is not None:  # only slower: say so, the results stand
-            say("warning", f"the JVM warm-up query failed: {warmed.exception()}")
+        store.release()
 
 
 def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
@@ -493,13 +448,21 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
     runs_df = get("runs", schemas.RUNS_SCHEMA)
     links = get("links", schemas.LINKS_SCHEMA)
     # the events' rows on the driver (a small analysis of clean files): no Spark query on every chain's path
-    bounds = spark.createDataFrame(episodes.run_bounds(events).collect() if ingested.events is None
-                                   else _run_bounds(ingested.events), "run_id string, start_s double, end_s double")
+    bound_rows = [tuple(r) for r in episodes.run_bounds(events).collect()] if ingested.events is None \
+        else _run_bounds(ingested.events)
+    bounds = spark.createDataFrame(bound_rows, "run_id string, start_s double, end_s double")
     if store.in_memory:
         bounds = bounds.coalesce(1)  # like every other input of the jobs: one partition, no exchange
 
     def convergence_chain() -> None:
-        put("episodes", episodes.episodes(runs_df, links, actions, bounds), (), one_file=True)
+        held = [store.arrow(name) for name in ("links", "actions", "runs")]
+        if all(rows is not None for rows in held):  # in memory: the planner's inputs are on the driver already
+            link_rows, action_rows, run_rows = (rows.to_pylist() for rows in held)
+            planned = episodes.episode_rows([{"run_id": r, "start_s": s} for r, s, _ in bound_rows], link_rows,
+                                            action_rows, run_rows)
+            store.put_arrow("episodes", io.arrow_table(schemas.EPISODES_SCHEMA, planned), schemas.EPISODES_SCHEMA, ())
+        else:
+            put("episodes", episodes.episodes(runs_df, links, actions, bounds), (), one_file=True)
         eps = get("episodes", schemas.EPISODES_SCHEMA)
         put("convergence", convergence.convergence(events, eps, bounds), (), one_file=True)
 

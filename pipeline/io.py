@@ -86,6 +86,11 @@ __all__ = [
 # --------------------------------------------------------------------------- Spark session
 
 JIT_FLAGS = "-XX:-DontCompileHugeMethods"
+#: JVM flags for every session: class metadata may grow to 256 MB before it triggers a collection. Spark's classes
+#: take some 140 MB of metadata by the end of a small analysis; from the default 21 MB threshold the JVM ran four
+#: full (stop-the-world) collections on the way there, 217 ms of pauses in all (a flight recording of the demo-sized
+#: analysis: cause "Metadata GC Threshold"), none of which could free a class.
+METASPACE_FLAGS = "-XX:MetaspaceSize=256m"
 #: JVM flags for every other session: the throughput collector. Measured side by side (pipeline_bench.py, 2 cores,
 #: local[2]): 166.3 s against 175.8 s with the default G1 at 10 M events, 58.1/61.4 s against 61.7/63.2 s at 1 M;
 #: G1's write barriers and concurrent marking cost a batch job more than its shorter pauses save.
@@ -174,7 +179,7 @@ def get_spark(
     if not SparkSession.getActiveSession():
         # Generated per-row code for the event schema is larger than 8 KB; without this
         # flag HotSpot never compiles such methods and ingest runs several times slower.
-        flags = f"{JIT_FLAGS} {SMALL_JVM_FLAGS if small else BIG_JVM_FLAGS}"
+        flags = f"{JIT_FLAGS} {METASPACE_FLAGS} {SMALL_JVM_FLAGS if small else BIG_JVM_FLAGS}"
         settings["spark.driver.extraJavaOptions"] = flags
         settings["spark.executor.extraJavaOptions"] = flags
         if small:
@@ -768,6 +773,7 @@ class TableStore:
         #: table name -> its path (what ``AnalysisResult.tables`` reports)
         self.paths: dict[str, str] = {}
         self._kept: dict[str, DataFrame] = {}
+        self._rows: dict[str, pa.Table] = {}  # in memory: each kept table's rows on the driver
         self._lock = threading.Lock()
 
     def put(self, name: str, df: DataFrame, partition_by: Iterable[str] = ("run_id",), *, one_file: bool = False) -> str:
@@ -790,7 +796,15 @@ class TableStore:
         with self._lock:
             self.paths[name] = path
             self._kept[name] = kept.coalesce(1)
+            self._rows[name] = rows
         return path
+
+    def arrow(self, name: str) -> pa.Table | None:
+        """In memory: the rows of table ``name`` on the driver, as written (Arrow, in the types Spark gives its columns);
+        None when the store is on disk or the table is not kept. For steps whose work is the driver's anyway (planning
+        the episodes from a few rows): no Spark query to collect what the driver already holds."""
+        with self._lock:
+            return self._rows.get(name)
 
     def written(self, name: str, path: str) -> None:
         """Record table ``name`` as written at ``path`` by other means (``write_split``, an append): on disk only."""
@@ -823,6 +837,7 @@ class TableStore:
         """Remove table ``name`` (and the rows kept of it) if it exists."""
         with self._lock:
             self._kept.pop(name, None)
+            self._rows.pop(name, None)
             self.paths.pop(name, None)
         drop_table(self.out, name)
 
@@ -831,6 +846,7 @@ class TableStore:
         ``get`` reads them from there."""
         with self._lock:
             self._kept.clear()
+            self._rows.clear()
 
 
 def collect_all(queries: Mapping[str, DataFrame], workers: int = 2) -> dict[str, list[Row]]:

@@ -9,8 +9,9 @@ highest key of its connected component (root) and the next lower key of the
 component (descending; null for the lowest).
 
 The action tables are small (a few rows per run), so ``episodes`` collects
-them to the driver and plans there; the per-event work happens in
-``pipeline.jobs.convergence``.
+them to the driver and plans there (``episode_rows``, which an analysis that
+already holds those rows on the driver calls directly); the per-event work
+happens in ``pipeline.jobs.convergence``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pyspark.sql import functions as F
 from pipeline import schemas
 from pipeline.errors import JobInputError
 
-__all__ = ["EPISODE_ACTIONS", "Action", "plan_episodes", "run_bounds", "episodes"]
+__all__ = ["EPISODE_ACTIONS", "Action", "plan_episodes", "run_bounds", "episode_rows", "episodes"]
 
 #: Actions that open an episode: the contract's disruptive actions, plus ``restart`` (a node
 #: coming back with a fresh state has to converge too). Defined in pipeline.schemas (the A/B tables
@@ -138,9 +139,41 @@ def run_bounds(events: DataFrame) -> DataFrame:
     )
 
 
+def episode_rows(bounds: Iterable[Mapping], links: Iterable[Mapping], actions: Iterable[Mapping],
+                 runs: Iterable[Mapping]) -> list[tuple]:
+    """The episodes (EPISODES_SCHEMA rows, as tuples) from the rows of their inputs, as mappings (a Spark Row's
+    ``asDict()``, or Arrow's ``to_pylist()``): bounds (run_id, start_s), links (run_id, a, b), actions (run_id,
+    mono_s, action, target, detail, line_no: the episode actions only, or all of them) and runs (run_id, nodes:
+    a mapping, or Arrow's list of (key, value) pairs).
+
+    A run without node_started events gets no episodes. Raises JobInputError (see plan_episodes).
+    """
+    starts = {r["run_id"]: r["start_s"] for r in bounds}
+    link_rows: dict[str, list[tuple[str, str]]] = {}
+    for r in links:
+        link_rows.setdefault(r["run_id"], []).append((r["a"], r["b"]))
+    acts: dict[str, list[Action]] = {}
+    for r in actions:
+        if r["action"] not in EPISODE_ACTIONS:
+            continue
+        detail = json.loads(r["detail"]) if r["detail"] else None
+        acts.setdefault(r["run_id"], []).append(Action(r["mono_s"], r["action"], r["target"], detail, r["line_no"] or 0))
+    rows = []
+    for run in sorted(runs, key=lambda r: r["run_id"]):
+        start = starts.get(run["run_id"])
+        if start is None:
+            continue
+        for ep in plan_episodes(dict(run["nodes"]), link_rows.get(run["run_id"], []), acts.get(run["run_id"], []),
+                                start):
+            for key, (comp, root, desc) in sorted(ep["expected"].items()):
+                rows.append((run["run_id"], ep["episode"], ep["t0_s"], ep["t1_s"], ep["action"], ep["target"],
+                             key, comp, root, desc))
+    return rows
+
+
 def episodes(runs: DataFrame, links: DataFrame, actions: DataFrame, bounds: DataFrame) -> DataFrame:
     """runs (RUNS_SCHEMA), links (LINKS_SCHEMA), actions (ACTIONS_SCHEMA), bounds (``run_bounds``)
-    -> EPISODES_SCHEMA: one row per episode and live node.
+    -> EPISODES_SCHEMA: one row per episode and live node (``episode_rows`` of their collected rows).
 
     A run without node_started events gets no episodes. Raises JobInputError (see plan_episodes).
     """
@@ -149,24 +182,7 @@ def episodes(runs: DataFrame, links: DataFrame, actions: DataFrame, bounds: Data
     # four small independent queries: side by side (each is mostly the driver's planning and scheduling), as
     # io.collect_all does for the report (jobs do not import io: they never touch storage)
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snekbed-episodes") as pool:
-        bound_rows, link_pairs, action_rows, run_rows = pool.map(lambda df: df.collect(), [
+        collected = pool.map(lambda df: [r.asDict() for r in df.collect()], [
             bounds, links.select("run_id", "a", "b"),
             wanted.select("run_id", "mono_s", "action", "target", "detail", "line_no"), runs.select("run_id", "nodes")])
-    starts = {r.run_id: r.start_s for r in bound_rows}
-    link_rows: dict[str, list[tuple[str, str]]] = {}
-    for r in link_pairs:
-        link_rows.setdefault(r.run_id, []).append((r.a, r.b))
-    acts: dict[str, list[Action]] = {}
-    for r in action_rows:
-        detail = json.loads(r.detail) if r.detail else None
-        acts.setdefault(r.run_id, []).append(Action(r.mono_s, r.action, r.target, detail, r.line_no or 0))
-    rows = []
-    for run in run_rows:
-        start = starts.get(run.run_id)
-        if start is None:
-            continue
-        for ep in plan_episodes(run.nodes, link_rows.get(run.run_id, []), acts.get(run.run_id, []), start):
-            for key, (comp, root, desc) in sorted(ep["expected"].items()):
-                rows.append((run.run_id, ep["episode"], ep["t0_s"], ep["t1_s"], ep["action"], ep["target"],
-                             key, comp, root, desc))
-    return spark.createDataFrame(rows, schemas.EPISODES_SCHEMA)
+    return spark.createDataFrame(episode_rows(*collected), schemas.EPISODES_SCHEMA)

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import analysis, io, report, schemas
+import pyarrow as pa
+
+from pipeline import analysis, clean_files, io, report, schemas
 from pipeline.jobs import convergence, episodes
 from tests.conftest import REPO, TOPOLOGIES, need
 from tests.pipeline.conftest import assert_frames_equal, gen_events
@@ -200,6 +202,37 @@ def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, re
     assert again.reconciliation == result.reconciliation and again.events == result.events
     arrow_parts = list((on_disk / "tables" / "events").rglob("part-arrow-*.parquet"))
     assert bool(arrow_parts) == arrow_reads  # the reader asked for read the event logs
+
+
+def test_episodes_planned_from_the_drivers_rows_are_those_collected_by_spark(spark, real_runs, real_analysis,
+                                                                           tmp_path):
+    """A small analysis plans the episodes from the rows its in-memory store already holds on the driver
+    (``TableStore.arrow``: Arrow's rows, the runs' nodes as a list of pairs), with no Spark query; planned from the
+    rows Spark collects from the same tables (``episodes.episodes``), and in the analysis's table, they are the same."""
+    runs = io.discover_runs(real_runs)
+    store = io.TableStore(spark, tmp_path / "in-memory", in_memory=True)
+    for name, (schema, rows) in io.run_rows(runs).items():
+        store.put_arrow(name, io.arrow_table(schema, rows), schema, ())
+    store.put_arrow("actions", pa.concat_tables([clean_files.rows(r.actions_file, r.run_id, "actions") for r in runs]),
+                    schemas.ACTIONS_SCHEMA)
+    events = pa.concat_tables([clean_files.rows(f, r.run_id, "events") for r in runs for f in r.event_files])
+    bounds = analysis._run_bounds(events)
+    assert len(bounds) == len(runs) and all(start is not None for _, start, _ in bounds)
+    held = {name: store.arrow(name) for name in ("links", "actions", "runs")}
+    assert all(isinstance(rows, pa.Table) and rows.num_rows for rows in held.values())
+    mine = episodes.episode_rows([{"run_id": r, "start_s": s} for r, s, _ in bounds], held["links"].to_pylist(),
+                                 held["actions"].to_pylist(), held["runs"].to_pylist())
+    by_spark = episodes.episodes(store.get("runs", schemas.RUNS_SCHEMA), store.get("links", schemas.LINKS_SCHEMA),
+                                 store.get("actions", schemas.ACTIONS_SCHEMA),
+                                 spark.createDataFrame(bounds, "run_id string, start_s double, end_s double"))
+    assert sorted(mine) == sorted(tuple(r) for r in by_spark.collect())
+    assert {ep[4] for ep in mine} >= {"start", "kill_root"}  # the runs' start and their root kills
+    out, _ = real_analysis
+    written = table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
+    assert sorted(mine) == sorted(tuple(r[f] for f in schemas.EPISODES_SCHEMA.fieldNames()) for r in written)
+    store.drop("runs")
+    assert store.arrow("runs") is None
+    assert io.TableStore(spark, tmp_path / "on-disk").arrow("links") is None  # on disk: nothing held on the driver
 
 
 def _close(a, b) -> bool:
