@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
 from pipeline import arrow_ingest, clean_files, io, report, schemas
 from pipeline.errors import PipelineError
@@ -169,6 +169,11 @@ class _Ingested:
     parsed: dict[str, dict[str, int]] | None
     #: the events table's rows, when they were all read on the driver into an in-memory table (else None)
     events: pa.Table | None = None
+
+
+#: The run bounds (``episodes.run_bounds``): run_id, earliest node_started, latest event.
+BOUNDS_SCHEMA = StructType([StructField("run_id", StringType()), StructField("start_s", DoubleType()),
+                            StructField("end_s", DoubleType())])
 
 
 def _run_bounds(events: pa.Table) -> list[tuple[str, float | None, float | None]]:
@@ -450,7 +455,8 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
     # the events' rows on the driver (a small analysis of clean files): no Spark query on every chain's path
     bound_rows = [tuple(r) for r in episodes.run_bounds(events).collect()] if ingested.events is None \
         else _run_bounds(ingested.events)
-    bounds = spark.createDataFrame(bound_rows, "run_id string, start_s double, end_s double")
+    # from Arrow, like the tables: the path into the JVM the ingest has just warmed up (Python rows take another)
+    bounds = spark.createDataFrame(io.arrow_table(BOUNDS_SCHEMA, bound_rows))
     if store.in_memory:
         bounds = bounds.coalesce(1)  # like every other input of the jobs: one partition, no exchange
 

@@ -792,7 +792,8 @@ class TableStore:
         if not self.in_memory:
             raise PipelineError(f"table {name!r}: a store on disk writes its tables with put()")
         path = write_arrow(rows, self.out, name, partition_by)
-        kept = self.spark.createDataFrame(rows) if rows.num_rows else self.spark.createDataFrame([], schema)
+        # no rows: an empty Arrow table of ``schema``'s types, so every table takes the one (Arrow) path into the JVM
+        kept = self.spark.createDataFrame(rows if rows.num_rows else arrow_table(schema, []))
         with self._lock:
             self.paths[name] = path
             self._kept[name] = kept.coalesce(1)
