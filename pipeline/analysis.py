@@ -508,7 +508,8 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
 
     t = time.perf_counter()
     say("report", "tables, plots, report.md, report.html")
-    files = report.render(report.collect_inputs(spark, store.out, recon, ab=ab_doc, workers=workers, read=get))
+    files = report.render(report.collect_inputs(spark, store.out, recon, ab=ab_doc, workers=workers, read=get,
+                                                held=store.arrow))
     if ab_doc:
         files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
     written = io.write_files(store.out, files)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from matplotlib.figure import Figure
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -58,13 +60,43 @@ class ReportInputs:
     ab: dict[str, dict] = field(default_factory=dict)
 
 
+#: The report's plain reads (a table's rows in order): name -> (table, its schema (None: as written), sort keys, columns
+#: left out). Each is a Spark query, or, when the analysis holds the table's rows on the driver (``held``), those rows
+#: sorted there.
+PLAIN_READS: dict[str, tuple[str, StructType | None, tuple[str, ...], tuple[str, ...]]] = {
+    "runs": ("runs", schemas.RUNS_SCHEMA, ("run_id",), ("nodes", "versions", "observer")),
+    "convergence": ("convergence", schemas.CONVERGENCE_SCHEMA, ("run_id", "episode"), ()),
+    "delivery_by_episode": ("delivery_by_episode", schemas.DELIVERY_EPISODE_SCHEMA, ("run_id", "episode"), ()),
+    "delivery": ("delivery", schemas.DELIVERY_SCHEMA, ("run_id", "mode", "class_mix", "shortest_links",
+                                                      "since_bucket"), ()),
+    "timeline": ("delivery_timeline", schemas.DELIVERY_TIMELINE_SCHEMA, ("run_id", "mode", "t_bin_s"), ()),
+    "summary": ("run_summary", schemas.RUN_SUMMARY_SCHEMA, ("run_id",), ()),
+    **{f"compare_{by}": (f"compare_{by}", None, (by,), ()) for by in GROUPINGS},
+}
+
+
+def _sorted_rows(rows: pa.Table, keys: tuple[str, ...], left_out: tuple[str, ...]) -> list[dict] | None:
+    """``rows`` in Spark's ascending order of ``keys`` (nulls first; ties keep their order), as dicts without the
+    ``left_out`` columns; None when a key column holds a NaN, which Spark orders after every number and Arrow
+    does not (the caller asks Spark)."""
+    for key in keys:
+        column = rows.column(key)
+        if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+            return None
+    ordered = rows.sort_by([(key, "ascending", "at_start") for key in keys]) if rows.num_rows else rows
+    return ordered.drop_columns([c for c in left_out if c in rows.column_names]).to_pylist()
+
+
 def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
                    ab: Mapping[str, dict] | None = None, workers: int = 2,
-                   read: Callable[[str, StructType | None], DataFrame] | None = None) -> ReportInputs:  # fmt: skip
+                   read: Callable[[str, StructType | None], DataFrame] | None = None,
+                   held: Callable[[str], pa.Table | None] | None = None) -> ReportInputs:  # fmt: skip
     """Read the result tables under ``out`` and aggregate what the report needs (small results only);
     ``ab`` is the A/B document of the analysis (pipeline.jobs.ab.summarize), if it has A/B runs.
     ``read(name, schema)`` gives a table (default: ``io.TableStore(spark, out).get``, from its Parquet files).
-    The small queries run ``workers`` at a time (``io.collect_all``)."""
+    ``held(name)`` gives a table's rows when the driver holds them (``io.TableStore.arrow``), else None: the plain
+    reads (``PLAIN_READS``) of those tables need no query. The small queries run ``workers`` at a time
+    (``io.collect_all``)."""
     t = read or io.TableStore(spark, out).get
     q = t("quarantine", schemas.QUARANTINE_SCHEMA)
     enriched = t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
@@ -72,16 +104,19 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
     bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
         F.first("t0_s").alias("start_s"))
     by_class = t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'")
-    queries = {
-        "runs": t("runs", schemas.RUNS_SCHEMA).drop("nodes", "versions", "observer").orderBy("run_id"),
+    rows: dict[str, list[dict]] = {}
+    queries: dict[str, DataFrame] = {}
+    for name, (table, schema, keys, left_out) in PLAIN_READS.items():
+        got = held(table) if held else None
+        plain = _sorted_rows(got, keys, left_out) if got is not None else None
+        if plain is not None:
+            rows[name] = plain
+        else:
+            queries[name] = t(table, schema).drop(*left_out).orderBy(*keys)
+    queries.update({
         "quarantine_by_reason": q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason"),
         "quarantine_examples": q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason",
                                                                            "message").limit(20),
-        "convergence": t("convergence", schemas.CONVERGENCE_SCHEMA).orderBy("run_id", "episode"),
-        "delivery_by_episode": t("delivery_by_episode", schemas.DELIVERY_EPISODE_SCHEMA).orderBy("run_id", "episode"),
-        "delivery": t("delivery", schemas.DELIVERY_SCHEMA).orderBy("run_id", "mode", "class_mix", "shortest_links",
-                                                                  "since_bucket"),
-        "timeline": t("delivery_timeline", schemas.DELIVERY_TIMELINE_SCHEMA).orderBy("run_id", "mode", "t_bin_s"),
         "disruptions": actions.where(F.col("action").isin(*EPISODE_ACTIONS)).join(bounds, "run_id").select(
             "run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")).orderBy("run_id",
                                                                                                         "t_rel_s"),
@@ -93,10 +128,8 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
         "churn": t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
             F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
             F.count("*").alias("nodes")).orderBy("run_id"),
-        "summary": t("run_summary", schemas.RUN_SUMMARY_SCHEMA).orderBy("run_id"),
-    }
-    queries.update({f"compare_{by}": t(f"compare_{by}", None) for by in GROUPINGS})
-    rows = {name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()}
+    })
+    rows.update({name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()})
     compared = {by: rows.pop(f"compare_{by}") for by in GROUPINGS}
     return ReportInputs(reconciliation=reconciliation, compare=compared, ab=dict(ab or {}), **rows)
 

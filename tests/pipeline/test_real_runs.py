@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline import analysis, clean_files, io, report, schemas
 from pipeline.jobs import convergence, episodes
@@ -233,6 +234,28 @@ def test_episodes_planned_from_the_drivers_rows_are_those_collected_by_spark(spa
     store.drop("runs")
     assert store.arrow("runs") is None
     assert io.TableStore(spark, tmp_path / "on-disk").arrow("links") is None  # on disk: nothing held on the driver
+
+
+def test_the_reports_plain_reads_from_the_drivers_rows_are_sparks(spark, real_analysis):
+    """The report's plain reads (report.PLAIN_READS) of rows the driver holds are sorted there: for every such table
+    of a real analysis, the same rows in the same order as Spark's query; and on a table with nulls and ties in its
+    keys, Spark's order (nulls first, ties as they came). A NaN in a key (Spark orders it after every number, Arrow
+    does not) is left to Spark."""
+    out, _ = real_analysis
+    for name, (table, schema, keys, left_out) in report.PLAIN_READS.items():
+        held = pa.concat_tables([pq.read_table(f) for f in sorted((out / "tables" / table).rglob("*.parquet"))])
+        mine = report._sorted_rows(held, keys, left_out)
+        theirs = [r.asDict() for r in io.read_table(spark, out, table, schema).drop(*left_out).orderBy(*keys).collect()] \
+            if schema is not None else [r.asDict() for r in spark.read.parquet(io.table_path(out, table))
+                                        .orderBy(*keys).collect()]
+        assert mine and _close(mine, theirs), name
+    rows = pa.table({"run_id": ["b", None, "a", "a", None], "t": [1.0, 2.0, None, 0.5, -1.0], "n": [1, 2, 3, 4, 5]})
+    mine = report._sorted_rows(rows, ("run_id", "t"), ("n",))
+    assert mine == [r.asDict() for r in spark.createDataFrame(rows).orderBy("run_id", "t").drop("n").collect()]
+    assert mine[:2] == [{"run_id": None, "t": -1.0}, {"run_id": None, "t": 2.0}]
+    with_nan = pa.table({"run_id": ["a", "a"], "t": [float("nan"), 1.0]})
+    assert report._sorted_rows(with_nan, ("run_id", "t"), ()) is None
+    assert math.isnan(report._sorted_rows(with_nan, ("run_id",), ())[0]["t"])  # a NaN outside the keys: sorted here
 
 
 def _close(a, b) -> bool:
