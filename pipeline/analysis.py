@@ -490,26 +490,40 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
 
     _concurrently(workers, convergence_chain, delivery_chain, overhead_chain, churn_chain)
 
-    say("analyze", "comparison across runs")
+    say("analyze", "comparison across runs; beside it, the report's other inputs and its plots")
     enriched = get("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
     by_node = get("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
-    summary = compare.run_summary(
-        runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, overhead.control_per_run(by_node),
-        get("churn_by_node", schemas.CHURN_NODE_SCHEMA),
-    )
-    put("run_summary", summary, (), one_file=True)
-    summary = get("run_summary", schemas.RUN_SUMMARY_SCHEMA)
-    _concurrently(workers, *[lambda by=by: put(f"compare_{by}", compare.compare(summary, [by]), (), one_file=True)
-                             for by in compare.GROUPINGS])
-    if ab_meta is not None:
-        say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
-    ab_doc = _ab(spark, store, ab_meta, events, enriched, overhead.control_per_run(by_node))
+    ab_doc: dict[str, dict] = {}
+    ahead: dict[str, list[dict]] = {}
+    drawn: list[report.Plots] = []
+
+    def comparison() -> None:
+        summary = compare.run_summary(
+            runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, overhead.control_per_run(by_node),
+            get("churn_by_node", schemas.CHURN_NODE_SCHEMA),
+        )
+        put("run_summary", summary, (), one_file=True)
+        summary = get("run_summary", schemas.RUN_SUMMARY_SCHEMA)
+        _concurrently(workers, *[lambda by=by: put(f"compare_{by}", compare.compare(summary, [by]), (), one_file=True)
+                                 for by in compare.GROUPINGS])
+        if ab_meta is not None:
+            say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
+        ab_doc.update(_ab(spark, store, ab_meta, events, enriched, overhead.control_per_run(by_node)))
+
+    def report_ahead() -> None:
+        # the report's inputs that do not read the comparison's tables, and the plots drawn from them: the
+        # comparison is a short chain of small queries, which leaves the cores room for these
+        ahead.update(report.gather(spark, store.out, [n for n in report.INPUTS if n not in report.COMPARISON_INPUTS],
+                                   workers, read=get, held=store.arrow))
+        drawn.append(report.plots(ahead))
+
+    _concurrently(2, comparison, report_ahead)
     stage_s["analyze"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("report", "tables, plots, report.md, report.html")
     files = report.render(report.collect_inputs(spark, store.out, recon, ab=ab_doc, workers=workers, read=get,
-                                                held=store.arrow))
+                                                held=store.arrow, gathered=ahead), drawn[0])
     if ab_doc:
         files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
     written = io.write_files(store.out, files)

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from pipeline import io, schemas
 from pipeline.jobs.compare import GROUPINGS
 from pipeline.jobs.episodes import EPISODE_ACTIONS
 
-__all__ = ["ReportInputs", "collect_inputs", "render", "PLOTS", "ab_plot_name"]
+__all__ = ["ReportInputs", "gather", "collect_inputs", "plots", "render", "PLOTS", "ab_plot_name"]
 
 PLOTS = ("convergence_cdf.png", "stretch_hist.png", "delivery_over_time.png", "overhead_by_class.png")
 STRETCH_BIN = 0.1
@@ -87,49 +87,78 @@ def _sorted_rows(rows: pa.Table, keys: tuple[str, ...], left_out: tuple[str, ...
     return ordered.drop_columns([c for c in left_out if c in rows.column_names]).to_pylist()
 
 
-def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
-                   ab: Mapping[str, dict] | None = None, workers: int = 2,
-                   read: Callable[[str, StructType | None], DataFrame] | None = None,
-                   held: Callable[[str], pa.Table | None] | None = None) -> ReportInputs:  # fmt: skip
-    """Read the result tables under ``out`` and aggregate what the report needs (small results only);
-    ``ab`` is the A/B document of the analysis (pipeline.jobs.ab.summarize), if it has A/B runs.
+#: The report's aggregates, each a small Spark query over the result tables (see ``gather``).
+AGGREGATES = ("quarantine_by_reason", "quarantine_examples", "disruptions", "stretch_hist", "overhead", "churn")
+#: Every input of the report, by name: the plain reads and the aggregates.
+INPUTS = (*PLAIN_READS, *AGGREGATES)
+#: The inputs read from the comparison's tables (run_summary, compare_*): the others can be gathered, and the plots
+#: drawn (``plots``), while the comparison is computed.
+COMPARISON_INPUTS = ("summary", *(f"compare_{by}" for by in GROUPINGS))
+
+
+def _aggregate(name: str, t: Callable[[str, StructType | None], DataFrame]) -> DataFrame:
+    if name in ("quarantine_by_reason", "quarantine_examples"):
+        q = t("quarantine", schemas.QUARANTINE_SCHEMA)
+        if name == "quarantine_by_reason":
+            return q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason")
+        return q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason", "message").limit(20)
+    if name == "disruptions":
+        bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
+            F.first("t0_s").alias("start_s"))
+        return t("actions", schemas.ACTIONS_SCHEMA).where(F.col("action").isin(*EPISODE_ACTIONS)).join(
+            bounds, "run_id").select("run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")
+                                     ).orderBy("run_id", "t_rel_s")
+    if name == "stretch_hist":
+        return t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA).where(F.col("stretch").isNotNull()).groupBy(
+            (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin")
+    if name == "overhead":
+        return t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'").groupBy(
+            "link_class", "frame_type").agg(F.mean("frames_per_node_s").alias("frames_per_node_s"),
+                                            F.mean("bytes_per_node_s").alias("bytes_per_node_s")
+                                            ).orderBy("link_class", "frame_type")
+    if name == "churn":
+        return t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
+            F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
+            F.count("*").alias("nodes")).orderBy("run_id")
+    raise ValueError(f"not a report aggregate: {name!r}")
+
+
+def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: int = 2,
+           read: Callable[[str, StructType | None], DataFrame] | None = None,
+           held: Callable[[str], pa.Table | None] | None = None) -> dict[str, list[dict]]:  # fmt: skip
+    """The rows (dicts) of the report inputs ``names`` (of ``INPUTS``), read from the result tables under ``out``.
     ``read(name, schema)`` gives a table (default: ``io.TableStore(spark, out).get``, from its Parquet files).
     ``held(name)`` gives a table's rows when the driver holds them (``io.TableStore.arrow``), else None: the plain
-    reads (``PLAIN_READS``) of those tables need no query. The small queries run ``workers`` at a time
-    (``io.collect_all``)."""
+    reads (``PLAIN_READS``) of those tables need no query. The queries run ``workers`` at a time (``io.collect_all``).
+    Raises ValueError for an unknown name."""
     t = read or io.TableStore(spark, out).get
-    q = t("quarantine", schemas.QUARANTINE_SCHEMA)
-    enriched = t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
-    actions = t("actions", schemas.ACTIONS_SCHEMA)
-    bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
-        F.first("t0_s").alias("start_s"))
-    by_class = t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'")
     rows: dict[str, list[dict]] = {}
     queries: dict[str, DataFrame] = {}
-    for name, (table, schema, keys, left_out) in PLAIN_READS.items():
+    for name in names:
+        if name not in PLAIN_READS:
+            queries[name] = _aggregate(name, t)
+            continue
+        table, schema, keys, left_out = PLAIN_READS[name]
         got = held(table) if held else None
         plain = _sorted_rows(got, keys, left_out) if got is not None else None
         if plain is not None:
             rows[name] = plain
         else:
             queries[name] = t(table, schema).drop(*left_out).orderBy(*keys)
-    queries.update({
-        "quarantine_by_reason": q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason"),
-        "quarantine_examples": q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason",
-                                                                           "message").limit(20),
-        "disruptions": actions.where(F.col("action").isin(*EPISODE_ACTIONS)).join(bounds, "run_id").select(
-            "run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")).orderBy("run_id",
-                                                                                                        "t_rel_s"),
-        "stretch_hist": enriched.where(F.col("stretch").isNotNull()).groupBy(
-            (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin"),
-        "overhead": by_class.groupBy("link_class", "frame_type").agg(
-            F.mean("frames_per_node_s").alias("frames_per_node_s"),
-            F.mean("bytes_per_node_s").alias("bytes_per_node_s")).orderBy("link_class", "frame_type"),
-        "churn": t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
-            F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
-            F.count("*").alias("nodes")).orderBy("run_id"),
-    })
     rows.update({name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()})
+    return rows
+
+
+def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
+                   ab: Mapping[str, dict] | None = None, workers: int = 2,
+                   read: Callable[[str, StructType | None], DataFrame] | None = None,
+                   held: Callable[[str], pa.Table | None] | None = None,
+                   gathered: Mapping[str, list[dict]] | None = None) -> ReportInputs:  # fmt: skip
+    """Everything the report shows: the inputs of ``gathered`` (name -> rows, from ``gather``), and ``gather`` of the
+    others (``read``, ``held`` and ``workers`` as there); ``ab`` is the A/B document of the analysis
+    (pipeline.jobs.ab.summarize), if it has A/B runs."""
+    rows = dict(gathered or {})
+    rows.update(gather(spark, out, [name for name in INPUTS if name not in rows], workers, read, held))
     compared = {by: rows.pop(f"compare_{by}") for by in GROUPINGS}
     return ReportInputs(reconciliation=reconciliation, compare=compared, ab=dict(ab or {}), **rows)
 
@@ -152,10 +181,10 @@ def _empty(ax, what: str) -> None:
     ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
 
 
-def _convergence_cdf(inp: ReportInputs, data: dict) -> bytes:
+def _convergence_cdf(convergence: list[dict], data: dict) -> bytes:
     fig, ax = _figure(7, 4)
     for kind in ("tree", "snake"):
-        values = sorted(r[f"{kind}_converged_s"] for r in inp.convergence if r[f"{kind}_converged_s"] is not None)
+        values = sorted(r[f"{kind}_converged_s"] for r in convergence if r[f"{kind}_converged_s"] is not None)
         data[kind] = values
         if values:
             ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post",
@@ -171,9 +200,9 @@ def _convergence_cdf(inp: ReportInputs, data: dict) -> bytes:
     return _png(fig)
 
 
-def _stretch_hist(inp: ReportInputs, data: dict) -> bytes:
+def _stretch_hist(stretch_hist: list[dict], data: dict) -> bytes:
     fig, ax = _figure(7, 4)
-    bins = [(r["bin"], r["count"]) for r in inp.stretch_hist]
+    bins = [(r["bin"], r["count"]) for r in stretch_hist]
     data["bins"] = bins
     if bins:
         ax.bar([b for b, _ in bins], [c for _, c in bins], width=STRETCH_BIN * 0.9, align="edge")
@@ -186,15 +215,15 @@ def _stretch_hist(inp: ReportInputs, data: dict) -> bytes:
     return _png(fig)
 
 
-def _delivery_over_time(inp: ReportInputs, data: dict) -> bytes:
+def _delivery_over_time(timeline: list[dict], disruptions: list[dict], data: dict) -> bytes:
     fig, ax = _figure(8, 4)
     series: dict[tuple, list] = defaultdict(list)
-    for r in inp.timeline:
+    for r in timeline:
         series[(r["run_id"], r["mode"])].append((r["t_bin_s"], r["delivery_ratio"]))
     data["series"] = {f"{run}/{mode}": pts for (run, mode), pts in series.items()}
     for (run, mode), pts in sorted(series.items())[:12]:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{run} {mode}")
-    marks = [(r["t_rel_s"], r["action"]) for r in inp.disruptions]
+    marks = [(r["t_rel_s"], r["action"]) for r in disruptions]
     data["disruptions"] = marks
     for i, (t, action) in enumerate(marks[:50]):
         ax.axvline(t, color="red", linestyle="--", alpha=0.6, label="disruption" if i == 0 else None)
@@ -211,11 +240,11 @@ def _delivery_over_time(inp: ReportInputs, data: dict) -> bytes:
     return _png(fig)
 
 
-def _overhead_by_class(inp: ReportInputs, data: dict) -> bytes:
+def _overhead_by_class(overhead: list[dict], data: dict) -> bytes:
     fig, ax = _figure(8, 4)
-    classes = sorted({r["link_class"] for r in inp.overhead})
-    types = sorted({r["frame_type"] for r in inp.overhead})
-    value = {(r["link_class"], r["frame_type"]): r["bytes_per_node_s"] for r in inp.overhead}
+    classes = sorted({r["link_class"] for r in overhead})
+    types = sorted({r["frame_type"] for r in overhead})
+    value = {(r["link_class"], r["frame_type"]): r["bytes_per_node_s"] for r in overhead}
     data["bytes_per_node_s"] = {f"{c}/{t}": v for (c, t), v in value.items()}
     width = 0.8 / max(1, len(types))
     for i, ftype in enumerate(types):
@@ -322,15 +351,38 @@ def _table(rows: list[dict], cols: list[str]) -> tuple[str, str]:
     return "\n".join(md), "\n".join(h)
 
 
-def render(inp: ReportInputs) -> dict[str, bytes | str]:
-    """File name -> content: report.md, report.html, plots.json and the PNGs in ``PLOTS``."""
+#: The inputs the plots in ``PLOTS`` are drawn from (none of ``COMPARISON_INPUTS``).
+PLOT_INPUTS = ("convergence", "stretch_hist", "timeline", "disruptions", "overhead")
+
+
+@dataclass(frozen=True)
+class Plots:
+    """The plots in ``PLOTS``: file name -> PNG, and file name -> the data drawn (for plots.json)."""
+
+    png: dict[str, bytes]
+    data: dict[str, dict]
+
+
+def plots(inp: Mapping[str, list[dict]]) -> Plots:
+    """The plots in ``PLOTS``, drawn from the inputs ``PLOT_INPUTS`` (name -> rows: a ``gather`` of them; or
+    ``vars(report_inputs)``)."""
     data: dict[str, dict] = {name: {} for name in PLOTS}
-    files: dict[str, bytes | str] = {
-        "convergence_cdf.png": _convergence_cdf(inp, data["convergence_cdf.png"]),
-        "stretch_hist.png": _stretch_hist(inp, data["stretch_hist.png"]),
-        "delivery_over_time.png": _delivery_over_time(inp, data["delivery_over_time.png"]),
-        "overhead_by_class.png": _overhead_by_class(inp, data["overhead_by_class.png"]),
+    png = {
+        "convergence_cdf.png": _convergence_cdf(inp["convergence"], data["convergence_cdf.png"]),
+        "stretch_hist.png": _stretch_hist(inp["stretch_hist"], data["stretch_hist.png"]),
+        "delivery_over_time.png": _delivery_over_time(inp["timeline"], inp["disruptions"],
+                                                      data["delivery_over_time.png"]),
+        "overhead_by_class.png": _overhead_by_class(inp["overhead"], data["overhead_by_class.png"]),
     }
+    return Plots(png, data)
+
+
+def render(inp: ReportInputs, drawn: Plots | None = None) -> dict[str, bytes | str]:
+    """File name -> content: report.md, report.html, plots.json and the PNGs in ``PLOTS`` (``drawn``: already drawn
+    from these inputs by ``plots``; else drawn here)."""
+    drawn = drawn or plots(vars(inp))
+    data: dict[str, dict] = dict(drawn.data)
+    files: dict[str, bytes | str] = dict(drawn.png)
     ab_plots = []
     for i, (exp, e) in enumerate(inp.ab.items(), start=1):
         name = ab_plot_name(i, exp)
