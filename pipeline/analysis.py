@@ -14,8 +14,9 @@ pipeline/submit.py`` and by the benchmark. Stages (each reported to the
 2. ``reconcile``: lines per input file (counted by the driver from the bytes)
    against accepted + quarantined rows; any file that does not add up fails the
    analysis (``ReconciliationError``) after the table is written;
-3. ``analyze``: the jobs, on the Parquet tables;
-4. ``report``: report.md, report.html and the PNG plots.
+3. ``analyze``: the jobs, on the Parquet tables (a small analysis kept in memory also gathers the report's inputs
+   that do not read the comparison's tables, and draws the PNG plots, beside the comparison across runs);
+4. ``report``: report.md, report.html (and the plots, when not drawn already).
 
 Tables (``OUT/tables/<name>``): events, actions, pings, quarantine (partitioned
 by run_id), runs, nodes, links, reconciliation, episodes, convergence, pings_enriched,
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -383,6 +385,11 @@ def _ab(spark: SparkSession, store: io.TableStore, ab_meta: DataFrame | None, ev
     return doc
 
 
+#: The tables whose rows an in-memory analysis also keeps on the driver (``io.TableStore.arrow``): the episodes'
+#: inputs, and the tables of the report's plain reads (``report.PLAIN_READS``); not the big ones (events, pings).
+HELD_ON_THE_DRIVER = frozenset({"runs", "links", "actions", *(table for table, *_ in report.PLAIN_READS.values())})
+
+
 def in_memory_default(spark: SparkSession, runs: Sequence[io.RunDir]) -> bool:
     """Whether ``analyze`` keeps its tables in memory by default: small inputs (``io.SMALL_INPUT_BYTES``) on a
     local master (where the driver's memory is the executors')."""
@@ -418,7 +425,8 @@ def analyze(
 
     say("discover", f"{len(run_dirs)} path(s)")
     runs = io.discover_runs(run_dirs)
-    store = io.TableStore(spark, out, in_memory=in_memory_default(spark, runs) if in_memory is None else in_memory)
+    store = io.TableStore(spark, out, in_memory=in_memory_default(spark, runs) if in_memory is None else in_memory,
+                          hold=HELD_ON_THE_DRIVER)
     try:
         if arrow_reads is None:  # a local master's driver sees the input files, and its cores are the executors'
             arrow_reads = not store.in_memory and spark.sparkContext.master.startswith("local")
@@ -490,40 +498,50 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
 
     _concurrently(workers, convergence_chain, delivery_chain, overhead_chain, churn_chain)
 
-    say("analyze", "comparison across runs; beside it, the report's other inputs and its plots")
+    say("analyze", "comparison across runs" + ("; beside it, the report's other inputs and its plots"
+                                                 if store.in_memory else ""))
     enriched = get("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
     by_node = get("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
     ab_doc: dict[str, dict] = {}
     ahead: dict[str, list[dict]] = {}
     drawn: list[report.Plots] = []
+    failed = threading.Event()
 
     def comparison() -> None:
-        summary = compare.run_summary(
-            runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, overhead.control_per_run(by_node),
-            get("churn_by_node", schemas.CHURN_NODE_SCHEMA),
-        )
-        put("run_summary", summary, (), one_file=True)
-        summary = get("run_summary", schemas.RUN_SUMMARY_SCHEMA)
-        _concurrently(workers, *[lambda by=by: put(f"compare_{by}", compare.compare(summary, [by]), (), one_file=True)
-                                 for by in compare.GROUPINGS])
-        if ab_meta is not None:
-            say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
-        ab_doc.update(_ab(spark, store, ab_meta, events, enriched, overhead.control_per_run(by_node)))
+        try:
+            summary = compare.run_summary(
+                runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, overhead.control_per_run(by_node),
+                get("churn_by_node", schemas.CHURN_NODE_SCHEMA),
+            )
+            put("run_summary", summary, (), one_file=True)
+            summary = get("run_summary", schemas.RUN_SUMMARY_SCHEMA)
+            _concurrently(workers, *[lambda by=by: put(f"compare_{by}", compare.compare(summary, [by]), (),
+                                                       one_file=True) for by in compare.GROUPINGS])
+            if ab_meta is not None:
+                say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
+            ab_doc.update(_ab(spark, store, ab_meta, events, enriched, overhead.control_per_run(by_node)))
+        except BaseException:
+            failed.set()  # the plots beside it are not drawn for an analysis that fails (or is stopped)
+            raise
 
     def report_ahead() -> None:
-        # the report's inputs that do not read the comparison's tables, and the plots drawn from them: the
-        # comparison is a short chain of small queries, which leaves the cores room for these
+        # a small analysis's comparison is a short chain of small queries, which leaves a core idle: the report's
+        # inputs that do not read the comparison's tables, and the plots drawn from them, use it
         ahead.update(report.gather(spark, store.out, [n for n in report.INPUTS if n not in report.COMPARISON_INPUTS],
                                    workers, read=get, held=store.arrow))
-        drawn.append(report.plots(ahead))
+        if not failed.is_set():
+            drawn.append(report.plots(ahead))
 
-    _concurrently(2, comparison, report_ahead)
+    if store.in_memory:
+        _concurrently(2, comparison, report_ahead)
+    else:  # big inputs: the report's queries scan big tables, after the comparison as before (not measured beside it)
+        comparison()
     stage_s["analyze"] = time.perf_counter() - t
 
     t = time.perf_counter()
     say("report", "tables, plots, report.md, report.html")
     files = report.render(report.collect_inputs(spark, store.out, recon, ab=ab_doc, workers=workers, read=get,
-                                                held=store.arrow, gathered=ahead), drawn[0])
+                                                held=store.arrow, gathered=ahead), drawn[0] if drawn else None)
     if ab_doc:
         files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
     written = io.write_files(store.out, files)

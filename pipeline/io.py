@@ -91,7 +91,7 @@ JIT_FLAGS = "-XX:-DontCompileHugeMethods"
 #: full (stop-the-world) collections on the way there, 217 ms of pauses in all (a flight recording of the demo-sized
 #: analysis: cause "Metadata GC Threshold"), none of which could free a class.
 METASPACE_FLAGS = "-XX:MetaspaceSize=256m"
-#: JVM flags for every other session: the throughput collector. Measured side by side (pipeline_bench.py, 2 cores,
+#: JVM flags for every session that is not small (below): the throughput collector. Measured side by side (pipeline_bench.py, 2 cores,
 #: local[2]): 166.3 s against 175.8 s with the default G1 at 10 M events, 58.1/61.4 s against 61.7/63.2 s at 1 M;
 #: G1's write barriers and concurrent marking cost a batch job more than its shorter pauses save.
 BIG_JVM_FLAGS = "-XX:+UseParallelGC"
@@ -766,14 +766,17 @@ class TableStore:
     analysis's concurrent chains call ``put`` and ``get``.
     """
 
-    def __init__(self, spark: SparkSession, out: str | Path, *, in_memory: bool = False) -> None:
+    def __init__(self, spark: SparkSession, out: str | Path, *, in_memory: bool = False,
+                 hold: Iterable[str] = ()) -> None:
         self.spark = spark
         self.out = Path(out)
         self.in_memory = in_memory
+        #: in memory: the tables whose rows are also kept on the driver (``arrow``)
+        self.hold = frozenset(hold)
         #: table name -> its path (what ``AnalysisResult.tables`` reports)
         self.paths: dict[str, str] = {}
         self._kept: dict[str, DataFrame] = {}
-        self._rows: dict[str, pa.Table] = {}  # in memory: each kept table's rows on the driver
+        self._rows: dict[str, pa.Table] = {}  # in memory: the rows of the tables in ``hold``, on the driver
         self._lock = threading.Lock()
 
     def put(self, name: str, df: DataFrame, partition_by: Iterable[str] = ("run_id",), *, one_file: bool = False) -> str:
@@ -797,13 +800,15 @@ class TableStore:
         with self._lock:
             self.paths[name] = path
             self._kept[name] = kept.coalesce(1)
-            self._rows[name] = rows
+            if name in self.hold:
+                self._rows[name] = rows
         return path
 
     def arrow(self, name: str) -> pa.Table | None:
-        """In memory: the rows of table ``name`` on the driver, as written (Arrow, in the types Spark gives its columns);
-        None when the store is on disk or the table is not kept. For steps whose work is the driver's anyway (planning
-        the episodes from a few rows): no Spark query to collect what the driver already holds."""
+        """In memory: the rows of table ``name`` (one of ``hold``) on the driver, as written (Arrow, in the types Spark
+        gives its columns); None when the store is on disk, or the table is not held or not written. For steps whose
+        work is the driver's anyway (planning the episodes from a few rows, sorting a table for the report): no Spark
+        query to collect what the driver already has."""
         with self._lock:
             return self._rows.get(name)
 

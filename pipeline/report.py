@@ -1,8 +1,9 @@
 """The report: report.md, report.html and PNG plots (matplotlib Agg canvas, no pyplot state).
 
 ``collect_inputs`` reads the (small) result tables and aggregates what the
-plots need in Spark; ``render`` turns that into file contents without touching
-the disk (``pipeline.io.write_files`` writes them). Plots: convergence time
+plots need in Spark (``gather``: a table's rows that the driver already holds are
+only sorted there); ``plots`` draws the plots and ``render`` turns all of it into
+file contents without touching the disk (``pipeline.io.write_files`` writes them). Plots: convergence time
 CDF, stretch histogram, delivery over time with disruptions marked, overhead by
 link class; with A/B runs, one figure per experiment (``ab_<n>_<name>.png``: per
 metric, both arms' distributions side by side with each seed's pair joined) and an
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 from matplotlib.figure import Figure
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from pipeline import io, schemas
@@ -75,10 +77,17 @@ PLAIN_READS: dict[str, tuple[str, StructType | None, tuple[str, ...], tuple[str,
 }
 
 
-def _sorted_rows(rows: pa.Table, keys: tuple[str, ...], left_out: tuple[str, ...]) -> list[dict] | None:
-    """``rows`` in Spark's ascending order of ``keys`` (nulls first; ties keep their order), as dicts without the
-    ``left_out`` columns; None when a key column holds a NaN, which Spark orders after every number and Arrow
-    does not (the caller asks Spark)."""
+def _sorted_rows(rows: pa.Table, schema: StructType | None, keys: tuple[str, ...],
+                 left_out: tuple[str, ...]) -> list[dict] | None:
+    """``rows`` as Spark's plain read gives them: the columns of ``schema`` in its types (None: as written, as
+    ``TableStore.get``), in Spark's ascending order of ``keys`` (nulls first), as dicts without the ``left_out``
+    columns. None when Spark must answer instead: a column the schema's types cannot take exactly, or a NaN in a key
+    (Spark orders it after every number, Arrow does not)."""
+    if schema is not None:
+        try:
+            rows = rows.select(schema.fieldNames()).cast(to_arrow_schema(schema))
+        except (KeyError, ValueError, TypeError, NotImplementedError):  # pyarrow's ArrowInvalid is a ValueError
+            return None
     for key in keys:
         column = rows.column(key)
         if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
@@ -140,7 +149,7 @@ def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: 
             continue
         table, schema, keys, left_out = PLAIN_READS[name]
         got = held(table) if held else None
-        plain = _sorted_rows(got, keys, left_out) if got is not None else None
+        plain = _sorted_rows(got, schema, keys, left_out) if got is not None else None
         if plain is not None:
             rows[name] = plain
         else:

@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from pipeline import analysis, clean_files, io, report, schemas
 from pipeline.jobs import convergence, episodes
@@ -208,10 +208,12 @@ def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, re
 def test_episodes_planned_from_the_drivers_rows_are_those_collected_by_spark(spark, real_runs, real_analysis,
                                                                            tmp_path):
     """A small analysis plans the episodes from the rows its in-memory store already holds on the driver
-    (``TableStore.arrow``: Arrow's rows, the runs' nodes as a list of pairs), with no Spark query; planned from the
-    rows Spark collects from the same tables (``episodes.episodes``), and in the analysis's table, they are the same."""
+    (``TableStore.arrow``: Arrow's rows, the runs' nodes as a list of pairs), with no Spark query. The planner is the
+    same either way (``episodes.episode_rows``); what differs is the form of its inputs, and from Arrow's rows it gives
+    the episodes it gives from the rows Spark collects from the same tables (``episodes.episodes``), in the same
+    order, and those of the analysis's table. A table the store does not hold is not kept on the driver."""
     runs = io.discover_runs(real_runs)
-    store = io.TableStore(spark, tmp_path / "in-memory", in_memory=True)
+    store = io.TableStore(spark, tmp_path / "in-memory", in_memory=True, hold=analysis.HELD_ON_THE_DRIVER)
     for name, (schema, rows) in io.run_rows(runs).items():
         store.put_arrow(name, io.arrow_table(schema, rows), schema, ())
     store.put_arrow("actions", pa.concat_tables([clean_files.rows(r.actions_file, r.run_id, "actions") for r in runs]),
@@ -226,36 +228,45 @@ def test_episodes_planned_from_the_drivers_rows_are_those_collected_by_spark(spa
     by_spark = episodes.episodes(store.get("runs", schemas.RUNS_SCHEMA), store.get("links", schemas.LINKS_SCHEMA),
                                  store.get("actions", schemas.ACTIONS_SCHEMA),
                                  spark.createDataFrame(bounds, "run_id string, start_s double, end_s double"))
-    assert sorted(mine) == sorted(tuple(r) for r in by_spark.collect())
+    assert mine == [tuple(r) for r in by_spark.collect()]
     assert {ep[4] for ep in mine} >= {"start", "kill_root"}  # the runs' start and their root kills
     out, _ = real_analysis
     written = table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
     assert sorted(mine) == sorted(tuple(r[f] for f in schemas.EPISODES_SCHEMA.fieldNames()) for r in written)
     store.drop("runs")
     assert store.arrow("runs") is None
+    store.put_arrow("events", events, schemas.EVENTS_SCHEMA)
+    assert "events" not in analysis.HELD_ON_THE_DRIVER and store.arrow("events") is None  # kept for Spark only
     assert io.TableStore(spark, tmp_path / "on-disk").arrow("links") is None  # on disk: nothing held on the driver
 
 
 def test_the_reports_plain_reads_from_the_drivers_rows_are_sparks(spark, real_analysis):
     """The report's plain reads (report.PLAIN_READS) of rows the driver holds are sorted there: for every such table
-    of a real analysis, the same rows in the same order as Spark's query; and on a table with nulls and ties in its
-    keys, Spark's order (nulls first, ties as they came). A NaN in a key (Spark orders it after every number, Arrow
-    does not) is left to Spark."""
+    of a real analysis, the same rows, values and types, in the same order as Spark's query (the table's columns in
+    its schema's types). On a table with nulls and a negative zero in its keys, Spark's order (nulls first); a
+    column of integers read in a schema of doubles comes out as doubles; a NaN in a key (Spark orders it after every
+    number, Arrow does not) and a column the schema's type cannot take exactly are left to Spark."""
     out, _ = real_analysis
     for name, (table, schema, keys, left_out) in report.PLAIN_READS.items():
         held = pa.concat_tables([pq.read_table(f) for f in sorted((out / "tables" / table).rglob("*.parquet"))])
-        mine = report._sorted_rows(held, keys, left_out)
-        theirs = [r.asDict() for r in io.read_table(spark, out, table, schema).drop(*left_out).orderBy(*keys).collect()] \
-            if schema is not None else [r.asDict() for r in spark.read.parquet(io.table_path(out, table))
-                                        .orderBy(*keys).collect()]
-        assert mine and _close(mine, theirs), name
-    rows = pa.table({"run_id": ["b", None, "a", "a", None], "t": [1.0, 2.0, None, 0.5, -1.0], "n": [1, 2, 3, 4, 5]})
-    mine = report._sorted_rows(rows, ("run_id", "t"), ("n",))
+        mine = report._sorted_rows(held, schema, keys, left_out)
+        query = io.read_table(spark, out, table, schema) if schema is not None \
+            else spark.read.parquet(io.table_path(out, table))
+        theirs = [r.asDict() for r in query.drop(*left_out).orderBy(*keys).collect()]
+        assert mine and mine == theirs, name
+        assert [type(v) for r in mine for v in r.values()] == [type(v) for r in theirs for v in r.values()], name
+    rows = pa.table({"run_id": ["b", None, "a", "a", None], "t": [1.0, 2.0, None, -0.0, -1.0], "n": [1, 2, 3, 4, 5]})
+    mine = report._sorted_rows(rows, None, ("run_id", "t"), ("n",))
     assert mine == [r.asDict() for r in spark.createDataFrame(rows).orderBy("run_id", "t").drop("n").collect()]
-    assert mine[:2] == [{"run_id": None, "t": -1.0}, {"run_id": None, "t": 2.0}]
+    assert mine[:3] == [{"run_id": None, "t": -1.0}, {"run_id": None, "t": 2.0}, {"run_id": "a", "t": None}]
+    doubles = StructType([StructField("run_id", StringType()), StructField("n", DoubleType())])
+    assert report._sorted_rows(rows, doubles, ("run_id",), ())[2:] == [{"run_id": "a", "n": 3.0},
+                                                                       {"run_id": "a", "n": 4.0}, {"run_id": "b", "n": 1.0}]
+    fractions = pa.table({"t": [1.5, 2.0]})  # Spark's cast would truncate 1.5, Arrow's refuses: Spark answers
+    assert report._sorted_rows(fractions, StructType([StructField("t", LongType())]), ("t",), ()) is None
     with_nan = pa.table({"run_id": ["a", "a"], "t": [float("nan"), 1.0]})
-    assert report._sorted_rows(with_nan, ("run_id", "t"), ()) is None
-    assert math.isnan(report._sorted_rows(with_nan, ("run_id",), ())[0]["t"])  # a NaN outside the keys: sorted here
+    assert report._sorted_rows(with_nan, None, ("run_id", "t"), ()) is None
+    assert math.isnan(report._sorted_rows(with_nan, None, ("run_id",), ())[0]["t"])  # a NaN outside the keys: sorted here
 
 
 def _close(a, b) -> bool:
