@@ -501,7 +501,7 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
     say("analyze", "comparison across runs" + ("; beside it, the report's other inputs and its plots"
                                                  if store.in_memory else ""))
     enriched = get("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
-    by_node = get("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)
+    control = overhead.control_per_run(get("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA))
     ab_doc: dict[str, dict] = {}
     ahead: dict[str, list[dict]] = {}
     drawn: list[report.Plots] = []
@@ -510,7 +510,7 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
     def comparison() -> None:
         try:
             summary = compare.run_summary(
-                runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, overhead.control_per_run(by_node),
+                runs_df, get("convergence", schemas.CONVERGENCE_SCHEMA), enriched, control,
                 get("churn_by_node", schemas.CHURN_NODE_SCHEMA),
             )
             put("run_summary", summary, (), one_file=True)
@@ -519,7 +519,7 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
                                                        one_file=True) for by in compare.GROUPINGS])
             if ab_meta is not None:
                 say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
-            ab_doc.update(_ab(spark, store, ab_meta, events, enriched, overhead.control_per_run(by_node)))
+            ab_doc.update(_ab(spark, store, ab_meta, events, enriched, control))
         except BaseException:
             failed.set()  # the plots beside it are not drawn for an analysis that fails (or is stopped)
             raise

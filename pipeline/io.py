@@ -91,9 +91,10 @@ JIT_FLAGS = "-XX:-DontCompileHugeMethods"
 #: full (stop-the-world) collections on the way there, 217 ms of pauses in all (a flight recording of the demo-sized
 #: analysis: cause "Metadata GC Threshold"), none of which could free a class.
 METASPACE_FLAGS = "-XX:MetaspaceSize=256m"
-#: JVM flags for every session that is not small (below): the throughput collector. Measured side by side (pipeline_bench.py, 2 cores,
-#: local[2]): 166.3 s against 175.8 s with the default G1 at 10 M events, 58.1/61.4 s against 61.7/63.2 s at 1 M;
-#: G1's write barriers and concurrent marking cost a batch job more than its shorter pauses save.
+#: JVM flags for every session that is not small (below): the throughput collector. Measured side by side
+#: (pipeline_bench.py, 2 cores, local[2]): 166.3 s against 175.8 s with the default G1 at 10 M events, 58.1/61.4 s
+#: against 61.7/63.2 s at 1 M; G1's write barriers and concurrent marking cost a batch job more than its shorter pauses
+#: save.
 BIG_JVM_FLAGS = "-XX:+UseParallelGC"
 #: Inputs up to this many bytes (event logs, actions and pings together) are small: on a local master
 #: the analysis is then a few dozen tiny queries, whose time goes to the JVM's start, its JIT compilers

@@ -2,8 +2,9 @@
 
 ``collect_inputs`` reads the (small) result tables and aggregates what the
 plots need in Spark (``gather``: a table's rows that the driver already holds are
-only sorted there); ``plots`` draws the plots and ``render`` turns all of it into
-file contents without touching the disk (``pipeline.io.write_files`` writes them). Plots: convergence time
+only sorted there); ``plots`` draws the plots and ``render`` turns all of it
+into file contents without touching the disk (``pipeline.io.write_files`` writes
+them). Plots: convergence time
 CDF, stretch histogram, delivery over time with disruptions marked, overhead by
 link class; with A/B runs, one figure per experiment (``ab_<n>_<name>.png``: per
 metric, both arms' distributions side by side with each seed's pair joined) and an
@@ -83,57 +84,60 @@ def _sorted_rows(rows: pa.Table, schema: StructType | None, keys: tuple[str, ...
     ``TableStore.get``), in Spark's ascending order of ``keys`` (nulls first), as dicts without the ``left_out``
     columns. None when Spark must answer instead: a column the schema's types cannot take exactly, or a NaN in a key
     (Spark orders it after every number, Arrow does not)."""
-    if schema is not None:
+    if schema is None:
+        rows = rows.drop_columns([c for c in left_out if c in rows.column_names])
+    else:
+        wanted = StructType([f for f in schema.fields if f.name not in left_out])
         try:
-            rows = rows.select(schema.fieldNames()).cast(to_arrow_schema(schema))
+            rows = rows.select(wanted.fieldNames()).cast(to_arrow_schema(wanted))
         except (KeyError, ValueError, TypeError, NotImplementedError):  # pyarrow's ArrowInvalid is a ValueError
             return None
     for key in keys:
         column = rows.column(key)
         if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
             return None
-    ordered = rows.sort_by([(key, "ascending", "at_start") for key in keys]) if rows.num_rows else rows
-    return ordered.drop_columns([c for c in left_out if c in rows.column_names]).to_pylist()
+    return (rows.sort_by([(key, "ascending", "at_start") for key in keys]) if rows.num_rows else rows).to_pylist()
 
 
-#: The report's aggregates, each a small Spark query over the result tables (see ``gather``).
-AGGREGATES = ("quarantine_by_reason", "quarantine_examples", "disruptions", "stretch_hist", "overhead", "churn")
+#: A table of the analysis, in a schema (None: as written): ``io.TableStore.get``.
+Reader = Callable[[str, StructType | None], DataFrame]
+
+
+def _disruptions(t: Reader) -> DataFrame:
+    bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
+        F.first("t0_s").alias("start_s"))
+    return t("actions", schemas.ACTIONS_SCHEMA).where(F.col("action").isin(*EPISODE_ACTIONS)).join(
+        bounds, "run_id").select("run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")
+                                 ).orderBy("run_id", "t_rel_s")
+
+
+#: The report's aggregates: name -> its small Spark query over the result tables (see ``gather``).
+_AGGREGATES: dict[str, Callable[[Reader], DataFrame]] = {
+    "quarantine_by_reason": lambda t: t("quarantine", schemas.QUARANTINE_SCHEMA).groupBy(
+        "run_id", "source", "reason").count().orderBy("run_id", "source", "reason"),
+    "quarantine_examples": lambda t: t("quarantine", schemas.QUARANTINE_SCHEMA).orderBy(
+        "run_id", "file", "line_no").select("file", "line_no", "reason", "message").limit(20),
+    "disruptions": _disruptions,
+    "stretch_hist": lambda t: t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA).where(
+        F.col("stretch").isNotNull()).groupBy(
+        (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin"),
+    "overhead": lambda t: t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'").groupBy(
+        "link_class", "frame_type").agg(F.mean("frames_per_node_s").alias("frames_per_node_s"),
+                                        F.mean("bytes_per_node_s").alias("bytes_per_node_s")
+                                        ).orderBy("link_class", "frame_type"),
+    "churn": lambda t: t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
+        F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
+        F.count("*").alias("nodes")).orderBy("run_id"),
+}
 #: Every input of the report, by name: the plain reads and the aggregates.
-INPUTS = (*PLAIN_READS, *AGGREGATES)
+INPUTS = (*PLAIN_READS, *_AGGREGATES)
 #: The inputs read from the comparison's tables (run_summary, compare_*): the others can be gathered, and the plots
 #: drawn (``plots``), while the comparison is computed.
 COMPARISON_INPUTS = ("summary", *(f"compare_{by}" for by in GROUPINGS))
 
 
-def _aggregate(name: str, t: Callable[[str, StructType | None], DataFrame]) -> DataFrame:
-    if name in ("quarantine_by_reason", "quarantine_examples"):
-        q = t("quarantine", schemas.QUARANTINE_SCHEMA)
-        if name == "quarantine_by_reason":
-            return q.groupBy("run_id", "source", "reason").count().orderBy("run_id", "source", "reason")
-        return q.orderBy("run_id", "file", "line_no").select("file", "line_no", "reason", "message").limit(20)
-    if name == "disruptions":
-        bounds = t("episodes", schemas.EPISODES_SCHEMA).where("episode = 0").groupBy("run_id").agg(
-            F.first("t0_s").alias("start_s"))
-        return t("actions", schemas.ACTIONS_SCHEMA).where(F.col("action").isin(*EPISODE_ACTIONS)).join(
-            bounds, "run_id").select("run_id", "action", "target", (F.col("mono_s") - F.col("start_s")).alias("t_rel_s")
-                                     ).orderBy("run_id", "t_rel_s")
-    if name == "stretch_hist":
-        return t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA).where(F.col("stretch").isNotNull()).groupBy(
-            (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin")
-    if name == "overhead":
-        return t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'").groupBy(
-            "link_class", "frame_type").agg(F.mean("frames_per_node_s").alias("frames_per_node_s"),
-                                            F.mean("bytes_per_node_s").alias("bytes_per_node_s")
-                                            ).orderBy("link_class", "frame_type")
-    if name == "churn":
-        return t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
-            F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
-            F.count("*").alias("nodes")).orderBy("run_id")
-    raise ValueError(f"not a report aggregate: {name!r}")
-
-
 def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: int = 2,
-           read: Callable[[str, StructType | None], DataFrame] | None = None,
+           read: Reader | None = None,
            held: Callable[[str], pa.Table | None] | None = None) -> dict[str, list[dict]]:  # fmt: skip
     """The rows (dicts) of the report inputs ``names`` (of ``INPUTS``), read from the result tables under ``out``.
     ``read(name, schema)`` gives a table (default: ``io.TableStore(spark, out).get``, from its Parquet files).
@@ -145,7 +149,9 @@ def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: 
     queries: dict[str, DataFrame] = {}
     for name in names:
         if name not in PLAIN_READS:
-            queries[name] = _aggregate(name, t)
+            if name not in _AGGREGATES:
+                raise ValueError(f"not an input of the report: {name!r}")
+            queries[name] = _AGGREGATES[name](t)
             continue
         table, schema, keys, left_out = PLAIN_READS[name]
         got = held(table) if held else None
@@ -160,7 +166,7 @@ def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: 
 
 def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[dict],
                    ab: Mapping[str, dict] | None = None, workers: int = 2,
-                   read: Callable[[str, StructType | None], DataFrame] | None = None,
+                   read: Reader | None = None,
                    held: Callable[[str], pa.Table | None] | None = None,
                    gathered: Mapping[str, list[dict]] | None = None) -> ReportInputs:  # fmt: skip
     """Everything the report shows: the inputs of ``gathered`` (name -> rows, from ``gather``), and ``gather`` of the
@@ -360,10 +366,6 @@ def _table(rows: list[dict], cols: list[str]) -> tuple[str, str]:
     return "\n".join(md), "\n".join(h)
 
 
-#: The inputs the plots in ``PLOTS`` are drawn from (none of ``COMPARISON_INPUTS``).
-PLOT_INPUTS = ("convergence", "stretch_hist", "timeline", "disruptions", "overhead")
-
-
 @dataclass(frozen=True)
 class Plots:
     """The plots in ``PLOTS``: file name -> PNG, and file name -> the data drawn (for plots.json)."""
@@ -373,7 +375,8 @@ class Plots:
 
 
 def plots(inp: Mapping[str, list[dict]]) -> Plots:
-    """The plots in ``PLOTS``, drawn from the inputs ``PLOT_INPUTS`` (name -> rows: a ``gather`` of them; or
+    """The plots in ``PLOTS``, drawn from the inputs convergence, stretch_hist, timeline, disruptions and
+    overhead (none of ``COMPARISON_INPUTS``; name -> rows: a ``gather`` of them; or
     ``vars(report_inputs)``)."""
     data: dict[str, dict] = {name: {} for name in PLOTS}
     png = {
