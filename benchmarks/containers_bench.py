@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.backends.docker import DockerBackend  # noqa: E402
 from orchestrator.backends.docker_net import DockerBackendError  # noqa: E402
 from orchestrator.backends.docker_session import choose_shaping, start_run  # noqa: E402
-from orchestrator.generators import random_graph  # noqa: E402
-from orchestrator.runs import create_run  # noqa: E402
-from orchestrator.sim import run_sim_sync  # noqa: E402
-from orchestrator.sim_cli import config_from_topology  # noqa: E402
+from orchestrator.model.generators import random_graph  # noqa: E402
+from orchestrator.model.runs import create_run  # noqa: E402
+from orchestrator.sessions.sim import run_sim_sync  # noqa: E402
+from orchestrator.sessions.sim import config_from_topology  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = DockerBackend(workers=args.workers)
     if args.image is None:
-        from orchestrator.image import build_node_image
+        from orchestrator.backends.image import build_node_image
 
         args.image = build_node_image(backend.client).tag
     shaping = choose_shaping(args.shaping)

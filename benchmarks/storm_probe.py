@@ -18,10 +18,10 @@ import trio
 import trio.testing
 
 from node.core.variants import VariantSpec
-from orchestrator.observe import check_convergence
-from orchestrator.sim import _Sim
-from orchestrator.sim_cli import config_from_topology
-from orchestrator.topology_loaders import load_topology
+from orchestrator.model.observe import check_convergence
+from orchestrator.sessions.sim import _Sim
+from orchestrator.sessions.sim import config_from_topology
+from orchestrator.model.topology_loaders import load_topology
 
 NAMES = {0: "keepalive", 1: "tree", 2: "bootstrap", 3: "traffic", 4: "wakeup"}
 

@@ -3,7 +3,7 @@ and the userspace shaping model the node's transports use.
 
 The link classes they shape with are shared vocabulary (``contract.links``). Applying
 shaping to a run's containers and the ``snekbed links`` commands are run-aware and live
-in the orchestrator (``orchestrator.shaping``, ``orchestrator.links_cli``).
+in the orchestrator (``orchestrator.backends.shaping``, ``orchestrator.cli.links``).
 
 The CLI (``netem.cli``) and the probe (``netem.probe``, which runs commands) are not
 imported here, so importing ``netem`` stays cheap and side-effect free.

@@ -1,7 +1,7 @@
 """``snekbed netem probe|classes``: the host's shaping capabilities and the link class table.
 
 ``netem`` needs no topology. Shaping a running topology is ``snekbed links``
-(:mod:`orchestrator.links_cli`).
+(:mod:`orchestrator.cli.links`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ link class); keys appear only as labels of ``_info`` gauges.
 
 Every series, with its labels, unit and the question it answers, is in docs/metrics.md. The
 collector builds a :class:`NodeSnapshot` per scrape and :class:`FamilySet` turns snapshots into
-families, so an in-process network (orchestrator/inproc_metrics.py) exports the same families with a
+families, so an in-process network (orchestrator/tools/inproc_metrics.py) exports the same families with a
 ``node`` label.
 
 The collector sees the node only through :class:`node.view.NodeView`.

@@ -45,19 +45,19 @@ from typing import TYPE_CHECKING, Any
 from contract.links import LinkShape, default_classes, resolve_class
 from netem.plan import ShapingBackend, iptables_check_argv, plan_link, userspace_part
 from node.core.crypto import Identity, derive_seed
-from orchestrator.image import (
+from orchestrator.backends.image import (
     NODE_ADMIN_PORT,
     NODE_METRICS_PORT,
     NODE_PEER_PORT,
     default_cache_dir,
     node_container_options,
 )
-from orchestrator.shaping import ShapingError
-from orchestrator.shaping import find_dev as _netem_find_dev
-from orchestrator.shaping import nsenter_run as _nsenter
-from orchestrator.topology import Topology
+from orchestrator.backends.shaping import ShapingError
+from orchestrator.backends.shaping import find_dev as _netem_find_dev
+from orchestrator.backends.shaping import nsenter_run as _nsenter
+from orchestrator.model.topology import Topology
 
-from .docker_net import (
+from orchestrator.backends.docker_net import (
     DEFAULT_POOL,
     ENDPOINT_CHANGES,
     LABEL_LINK,

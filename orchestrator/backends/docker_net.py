@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.topology import Topology
+from orchestrator.model.topology import Topology
 
 if TYPE_CHECKING:
     import docker

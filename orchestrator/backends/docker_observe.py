@@ -1,11 +1,11 @@
 """Watching real nodes from outside: their admin APIs, convergence, pings, the re-convergence bound.
 
 Each node's ``GET /state`` gives ``public_key``, ``root.key`` and ``descending``;
-:func:`orchestrator.observe.check_convergence` decides convergence from those
+:func:`orchestrator.model.observe.check_convergence` decides convergence from those
 views, per connected component of the live graph (one root = the highest key,
 an ordered snake). :func:`wait_converged` polls every node concurrently (a
 thread pool over one keep-alive ``httpx.Client``) every ``poll_s`` and times
-convergence with :class:`orchestrator.observe.ConvergenceTracker`: a root or
+convergence with :class:`orchestrator.model.observe.ConvergenceTracker`: a root or
 descending change is stamped with the poll that first saw it, so times carry up
 to one poll interval of error.
 """
@@ -23,7 +23,7 @@ import networkx as nx
 
 from node.core.router import Timers
 from node.core.snek import EXPIRY_S
-from orchestrator.observe import ConvergenceTracker, NodeView
+from orchestrator.model.observe import ConvergenceTracker, NodeView
 
 __all__ = [
     "AdminClient",

@@ -1,6 +1,6 @@
 """A Docker run as the CLI sees it: start it, re-open it by id, observe it, ping, kill the root, tear it down.
 
-Every step is recorded in the run directory (:mod:`orchestrator.runs`):
+Every step is recorded in the run directory (:mod:`orchestrator.model.runs`):
 ``meta.json`` (nodes and keys, links with the backend that shaped each,
 versions, what the observer measured), ``docker.json`` (the address plan),
 ``actions.jsonl`` and ``pings.jsonl``. The nodes write ``events/<name>.jsonl``
@@ -23,15 +23,15 @@ import networkx as nx
 from netem.plan import ShapingBackend
 from netem.probe import probe
 from node.core.router import MAX_PORTS
-from orchestrator.observe import check_convergence
-from orchestrator.record import outcome_of
-from orchestrator.runs import RunDir, RunError, versions
-from orchestrator.topology import Topology
+from orchestrator.model.observe import check_convergence
+from orchestrator.model.record import outcome_of
+from orchestrator.model.runs import RunDir, RunError, versions
+from orchestrator.model.topology import Topology
 
-from .docker import DockerBackend, DownReport, HostLaunch, NodeLaunch, UpResult, sigint_ignored
-from .docker_net import AddressPlan, DockerBackendError
-from .swarm import SwarmBackend
-from .docker_observe import (
+from orchestrator.backends.docker import DockerBackend, DownReport, HostLaunch, NodeLaunch, UpResult, sigint_ignored
+from orchestrator.backends.docker_net import AddressPlan, DockerBackendError
+from orchestrator.backends.swarm import SwarmBackend
+from orchestrator.backends.docker_observe import (
     POLL_S,
     AdminClient,
     AdminError,

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netem.plan import ShapingBackend
-from orchestrator.image import NODE_ADMIN_PORT, NODE_METRICS_PORT
-from orchestrator.topology import Topology
+from orchestrator.backends.image import NODE_ADMIN_PORT, NODE_METRICS_PORT
+from orchestrator.model.topology import Topology
 
-from .docker import (
+from orchestrator.backends.docker import (
     LABEL_KEY,
     NODE_EVENTS_DIR,
     DockerBackend,
@@ -55,7 +55,7 @@ from .docker import (
     link_alias,
     plan_launches,
 )
-from .docker_net import (
+from orchestrator.backends.docker_net import (
     LABEL_NODE,
     LABEL_ROLE,
     LABEL_RUN,

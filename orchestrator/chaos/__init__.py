@@ -1,4 +1,4 @@
 """Chaos: scenario files, the checker, target roles, the runner and its backends (in process, Docker).
 
-``snekbed chaos`` is :mod:`orchestrator.chaos.cli`; docs/chaos.md is the user's guide.
+``snekbed chaos`` is :mod:`orchestrator.cli.chaos`; docs/chaos.md is the user's guide.
 """

@@ -19,7 +19,7 @@ import trio
 
 from node.core.variants import VariantSpec
 
-from .checker import NodeState, PingOutcome
+from orchestrator.chaos.checker import NodeState, PingOutcome
 
 __all__ = ["ChaosBackend", "Converged", "DeferredRemoval", "TrafficSample"]
 

@@ -2,7 +2,7 @@
 
 Every invariant is decided per connected component of the live graph (nodes
 that are alive, not paused and answer, and the links that are up), as the
-observer decides convergence (orchestrator.observe):
+observer decides convergence (orchestrator.model.observe):
 
 * ``one_root_per_component``: every node of a component names the same root key;
 * ``root_is_highest_key``: that root is the component's highest key;
@@ -26,7 +26,7 @@ from typing import Any
 
 import networkx as nx
 
-from .scenario import INVARIANTS
+from orchestrator.chaos.scenario import INVARIANTS
 
 __all__ = ["Invariant", "NodeState", "PingOutcome", "Reconvergence", "TransientWatch", "evaluate", "out_of_order",
            "verdict_of"]

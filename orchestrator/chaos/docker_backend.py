@@ -47,16 +47,16 @@ from netem.plan import ShapingBackend
 from node.core.router import Timers
 from node.core.variants import VariantSpec
 
-from ..backends.docker import DockerBackend
-from ..backends.docker_net import ENDPOINT_CHANGES, AddressPlan
-from ..backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
-from ..backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
-from ..monitoring import RunMetrics, RunMonitoring, monitor_docker_run
-from ..runs import RunDir
-from ..topology import Topology
-from .backend import Converged, DeferredRemoval, TrafficSample
-from .checker import NodeState, PingOutcome
-from .targets import TargetError
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.backends.docker_net import ENDPOINT_CHANGES, AddressPlan
+from orchestrator.backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
+from orchestrator.backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
+from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_docker_run
+from orchestrator.model.runs import RunDir
+from orchestrator.model.topology import Topology
+from orchestrator.chaos.backend import Converged, DeferredRemoval, TrafficSample
+from orchestrator.chaos.checker import NodeState, PingOutcome
+from orchestrator.chaos.targets import TargetError
 
 __all__ = ["DockerChaos"]
 

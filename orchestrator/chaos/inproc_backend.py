@@ -40,14 +40,15 @@ from node.core.crypto import Identity, derive_seed
 from node.core.router import Timers
 from node.core.variants import VariantSpec
 
-from ..backends.docker_observe import reconvergence_bound_s
-from ..backends.inproc import _FRAME, DEFAULT_BOOT_SPREAD_S, InprocNetwork, SimNode
-from ..observe import ConvergenceTracker, NodeView, router_views
-from ..record import RunRecorder, new_run_id, versions
-from ..sim_cli import link_options
-from ..topology import Topology
-from .backend import Converged, TrafficSample
-from .checker import NodeState, PingOutcome
+from orchestrator.backends.docker_observe import reconvergence_bound_s
+from orchestrator.backends.inproc import _FRAME, DEFAULT_BOOT_SPREAD_S, InprocNetwork, SimNode
+from orchestrator.model.observe import ConvergenceTracker, NodeView, router_views
+from orchestrator.backends.inproc_record import RunRecorder
+from orchestrator.model.record import new_run_id, versions
+from orchestrator.sessions.sim import link_options
+from orchestrator.model.topology import Topology
+from orchestrator.chaos.backend import Converged, TrafficSample
+from orchestrator.chaos.checker import NodeState, PingOutcome
 
 __all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
 
@@ -206,7 +207,7 @@ class InprocChaos:
         return sorted(self.net.nodes)
 
     def view_status(self, name: str, node: SimNode) -> str:
-        """The live view's status of a node (orchestrator.view.frames): paused, up or dead."""
+        """The live view's status of a node (orchestrator.tools.view.frames): paused, up or dead."""
         return "paused" if name in self.paused else "up" if node.alive else "dead"
 
     def _live(self, name: str) -> bool:

@@ -14,8 +14,8 @@ from typing import Any
 
 import networkx as nx
 
-from ..topology import Topology
-from .scenario import Scenario
+from orchestrator.model.topology import Topology
+from orchestrator.chaos.scenario import Scenario
 
 __all__ = ["FAULT_KINDS", "fault_steps", "random_scenario", "scenario_from_faults"]
 

@@ -28,12 +28,12 @@ from node.core.router import Timers
 from node.core.variants import VariantSpec
 from node.core.snek import EXPIRY_S
 
-from ..monitoring import FAULT_KINDS, RunMetrics
-from ..observe import NodeView, check_convergence
-from .backend import ChaosBackend, Converged, TrafficSample
-from .checker import Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, verdict_of
-from .scenario import Scenario
-from .targets import TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes
+from orchestrator.tools.monitoring import FAULT_KINDS, RunMetrics
+from orchestrator.model.observe import NodeView, check_convergence
+from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
+from orchestrator.chaos.checker import Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, verdict_of
+from orchestrator.chaos.scenario import Scenario
+from orchestrator.chaos.targets import TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes
 
 __all__ = ["ActionHook", "ChaosRun", "run_scenario", "sample_pairs"]
 

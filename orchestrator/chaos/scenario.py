@@ -30,8 +30,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from node.core.variants import VariantSpec
-from orchestrator.topology import NODE_NAME_RE, Loc, TopologyError, _line_of, _pydantic_message, format_loc
-from orchestrator.topology_loaders import _compose
+from orchestrator.model.topology import NODE_NAME_RE, Loc, TopologyError, _line_of, _pydantic_message, format_loc
+from orchestrator.model.topology_loaders import _compose
 
 __all__ = [
     "ADVERSARY_FRAMES",

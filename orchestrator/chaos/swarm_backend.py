@@ -34,12 +34,12 @@ import trio
 
 from netem.plan import ShapingBackend
 
-from ..backends.docker import link_alias
-from ..backends.swarm import SHAPING_WHY, SwarmBackend, swarm_state
-from ..runs import RunDir
-from ..topology import Topology
-from .docker_backend import DockerChaos
-from .targets import TargetError
+from orchestrator.backends.docker import link_alias
+from orchestrator.backends.swarm import SHAPING_WHY, SwarmBackend, swarm_state
+from orchestrator.model.runs import RunDir
+from orchestrator.model.topology import Topology
+from orchestrator.chaos.docker_backend import DockerChaos
+from orchestrator.chaos.targets import TargetError
 
 __all__ = ["SwarmChaos"]
 

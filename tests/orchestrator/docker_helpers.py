@@ -17,7 +17,7 @@ from orchestrator.backends.docker_net import STALE_COUNT
 
 def build_test_image(client: object) -> str:
     """Build (or reuse) the node image for the tests; return its tag. Also tags snekbed-node:latest."""
-    from orchestrator.image import build_node_image
+    from orchestrator.backends.image import build_node_image
 
     if tag := os.environ.get("SNEKBED_TEST_IMAGE"):
         return tag

@@ -28,11 +28,11 @@ import trio
 import trio.testing
 
 from node.core.variants import VariantSpec
-from orchestrator.chaos.cli import resolve_scenario
+from orchestrator.chaos.engine import resolve_scenario
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.runner import run_scenario
 from orchestrator.chaos.scenario import load_scenario
-from orchestrator.topology_loaders import load_topology
+from orchestrator.model.topology_loaders import load_topology
 from pipeline import analysis, io, report, schemas
 from pipeline.errors import JobInputError
 from pipeline.jobs import ab

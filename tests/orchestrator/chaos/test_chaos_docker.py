@@ -145,9 +145,9 @@ def test_a_deferred_removal_returns_with_the_nodes_stopped_and_removes_them_besi
     returns once every node has stopped (each event log ends with its node_stopping line, so the analysis reads
     complete logs) and the containers and networks are removed in the removal's thread, all of them."""
     from orchestrator.chaos.backend import DeferredRemoval
-    from orchestrator.chaos.cli import execute
+    from orchestrator.chaos.engine import execute
     from orchestrator.chaos.scenario import load_scenario
-    from orchestrator.topology_loaders import load_topology
+    from orchestrator.model.topology_loaders import load_topology
 
     sc_path = tmp_path / "removal.yaml"
     sc_path.write_text(REMOVAL_SCENARIO)

@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from orchestrator.chaos.cli import shipped_scenarios
+from orchestrator.chaos.engine import shipped_scenarios
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.nemesis import fault_steps, random_scenario, scenario_from_faults
 from orchestrator.chaos.runner import run_scenario
 from orchestrator.chaos.scenario import INVARIANTS, Scenario, load_scenario, parse_scenario_yaml
-from orchestrator.generators import mesh_mixed, ring
-from orchestrator.topology import Topology
-from orchestrator.topology_loaders import load_topology
+from orchestrator.model.generators import mesh_mixed, ring
+from orchestrator.model.topology import Topology
+from orchestrator.model.topology_loaders import load_topology
 from tests.ci import REPO, SHARED
 
 GRAPH_250 = SHARED / "topologies" / "pinecone" / "graph-250.txt"

@@ -24,7 +24,7 @@ from orchestrator.chaos.targets import (
     resolve_link,
     resolve_nodes,
 )
-from orchestrator.topology_loaders import load_topology
+from orchestrator.model.topology_loaders import load_topology
 from tests.ci import REPO, SHARED
 
 # -- scenario files --------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""The ``snekbed`` command line.
+
+Each command lives next to the code it drives and is imported only when it is
+run, so ``snekbed node`` inside a container never imports the Docker SDK or
+Spark. To add a command, add one line to ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from node.core import implementation as core_implementation
+
+# command name -> "module:attribute" of a click command or group
+COMMANDS: dict[str, str] = {
+    "sim": "orchestrator.cli.sim:sim",
+    "chaos": "orchestrator.cli.chaos:chaos",
+    "ab": "orchestrator.cli.ab:ab",
+    "node": "node.cli:node",
+    "bluetooth": "node.bluetooth_cli:bluetooth",
+    "netem": "netem.cli:netem",
+    "links": "orchestrator.cli.links:links",
+    "image": "orchestrator.backends.image:image",
+    "up": "orchestrator.cli.run:up",
+    "status": "orchestrator.cli.run:status",
+    "ping": "orchestrator.cli.run:ping",
+    "kill-root": "orchestrator.cli.run:kill_root",
+    "down": "orchestrator.cli.run:down",
+    "compose": "orchestrator.cli.run:compose",
+    "analyze": "pipeline.cli:analyze",
+    "demo": "orchestrator.experiments.demo:demo",
+    "capture": "orchestrator.cli.capture:capture",
+    "wireshark": "orchestrator.cli.capture:wireshark",
+    "dashboards": "orchestrator.tools.dashboards:dashboards",
+    "view": "orchestrator.cli.view:view",
+    "generate": "orchestrator.cli.generate:generate",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # A slim install (the node image has no Docker SDK or Spark) still lists and explains every command.
+            return _unavailable(cmd_name, exc)
+        return getattr(module, attr)
+
+
+def _unavailable(name: str, exc: ModuleNotFoundError) -> click.Command:
+    why = f"not available in this install: needs the '{exc.name}' module"
+
+    def fail() -> None:
+        raise click.ClickException(f"'{name}' is {why} (pip install 'snekbed[all]')")
+
+    return click.Command(name, callback=fail, help=f"({why})", short_help=f"({why})", context_settings={
+        "ignore_unknown_options": True, "allow_extra_args": True})
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="snekbed", message=f"%(prog)s, version %(version)s\ncore: {core_implementation()}")
+def main() -> None:
+    """snekbed: a testbed for SNEK overlay routing (Pinecone spanning tree + virtual snake)."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""``snekbed ab --a SPEC --b SPEC --scenario FILE [--topology FILE] [--seeds N] [--backend inproc|docker]
+[--out DIR] [--json]``: an A/B experiment of two protocol variants under identical chaos (orchestrator.experiments.ab),
+analysed with the Spark pipeline (pipeline.jobs.ab).
+
+Output: ``OUT/ab.json`` (the manifest of runs), ``OUT/runs/`` (every run directory), ``OUT/analysis/``
+(tables, report.html with the A/B section, and ``ab.json``: per metric ``a``, ``b``, ``diff``, ``ci_low``,
+``ci_high``, ``significant``, ``better``). ``--json`` prints ``{"experiment", "a", "b", "seeds", "runs",
+"metrics": {...}, "out", "report", "wall_s"}``. Exit 0 when the experiment ran, whichever arm is better and
+even when runs failed a chaos check (``runs_failed`` names them: a variant that breaks an invariant is a
+result); 1 when the analysis failed; 2 for a bad spec, scenario or topology.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from node.core.variants import VariantError, VariantSpec
+from pipeline import analysis, io
+from pipeline.errors import PipelineError
+from pipeline.jobs.ab import Metric, compare_metric, summary_text
+
+from orchestrator.experiments.ab import AbPlan, run_arms
+from orchestrator.chaos.engine import resolve_scenario
+from orchestrator.chaos.scenario import ScenarioError, load_scenario
+from orchestrator.model.topology import TopologyError
+from orchestrator.model.topology_loaders import load_topology
+
+__all__ = ["ab"]
+
+
+def _spec(text: str, flag: str) -> VariantSpec:
+    try:
+        return VariantSpec.parse(text)
+    except VariantError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
+CHECKER_METRIC = Metric("checker_snake_reconverged_mean_s", True,
+                        "the chaos checker's snake re-convergence after each fault step, mean over the run's steps")
+
+
+def checker_comparison(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The same paired statistics on what the chaos checker measured live (the manifest's per-step snake
+    re-convergence): a cross-check of the pipeline's event-derived numbers. Runs with a step that never
+    re-converged are left out, as the pipeline leaves out null metrics."""
+    per: dict[tuple[int, str], float] = {}
+    for r in manifest["runs"]:
+        values = [s.get("snake_converged_s") for s in r["steps"][1:] if s.get("action") not in ("wait", "check")]
+        if values and all(v is not None for v in values):
+            per[(r["seed"], r["arm"])] = sum(values) / len(values)
+    pairs = [(seed, per[(seed, "a")], per[(seed, "b")]) for seed in manifest["seeds"]
+             if (seed, "a") in per and (seed, "b") in per]  # fmt: skip
+    return compare_metric(CHECKER_METRIC, pairs) if pairs else None
+
+
+def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
+    """The Spark analysis of every run of the experiment: the A/B document (experiment -> arms and metrics)."""
+    spark = io.get_spark(master, "snekbed-ab")
+    try:
+        result = analysis.analyze(spark, run_dirs, out)
+    finally:
+        spark.stop()
+    return result.ab
+
+
+@click.command("ab")
+@click.option("--a", "a_text", required=True, metavar="SPEC", help="arm A: a variant with optional ,knob=value pairs")
+@click.option("--b", "b_text", required=True, metavar="SPEC", help="arm B, e.g. snek,root_filter=1")
+@click.option("--scenario", required=True, help="chaos scenario file or shipped name (snekbed chaos --list)")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="topology file (optional for a sequence that builds its network)")
+@click.option("--seeds", type=click.IntRange(1, 10_000), default=20, show_default=True,
+              help="seeds 0..N-1; each runs both arms")
+@click.option("--backend", type=click.Choice(["inproc", "docker"]), default="inproc", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("ab"), show_default=True)
+@click.option("--master", default="local[*]", show_default=True, help="Spark master for the analysis")
+@click.option("--image", default=None, help="node image for --backend docker")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seeds: int, backend: str, out: Path,
+       master: str, image: str | None, as_json: bool) -> None:  # fmt: skip
+    """Compare two protocol variants on the same topology, faults and seeds."""
+    t0 = time.monotonic()
+    a, b = _spec(a_text, "--a"), _spec(b_text, "--b")
+    try:
+        topology = load_topology(topology_path) if topology_path is not None else None
+        sc = load_scenario(resolve_scenario(scenario))
+        if topology is None and not sc.builds_network:
+            raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=scenario)
+    except (ScenarioError, TopologyError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    plan = AbPlan(a, b, sc, topology, list(range(seeds)), backend=backend, out=out, image=image)
+
+    def progress(arm: str, seed: int, run: dict[str, Any]) -> None:
+        if not as_json:
+            reconv = [s.get("snake_converged_s") for s in run["steps"][1:]]
+            shown = " ".join("never" if r is None else f"{r:.1f}" for r in reconv)
+            click.echo(f"seed {seed:>3} arm {arm} ({run['spec']}): {run['verdict']}, snake re-convergence [{shown}] s, "
+                       f"{run['wall_s']:.1f} s", err=True)
+
+    manifest = run_arms(plan, progress)
+    run_dirs = [r["run_dir"] for r in manifest["runs"] if r["run_dir"]]
+    failed = [f"{r['arm']}-s{r['seed']}" for r in manifest["runs"] if r["verdict"] != "pass"]
+    if not as_json:
+        click.echo(f"{len(run_dirs)} runs in {manifest['runs_wall_s']:.0f} s; analysing with Spark", err=True)
+    try:
+        doc = analyze_arms(run_dirs, out / "analysis", master)
+    except PipelineError as exc:
+        click.echo(f"error: analysis failed: {exc}", err=True)
+        sys.exit(1)
+    exp = doc.get(manifest["experiment"])
+    if exp is None:
+        click.echo(f"error: the analysis found no A/B runs of experiment {manifest['experiment']}", err=True)
+        sys.exit(1)
+    result = {
+        "experiment": manifest["experiment"], "a": manifest["a"], "b": manifest["b"], "scenario": manifest["scenario"],
+        "topology": manifest["topology"], "backend": backend, "seeds": seeds, "runs": len(run_dirs),
+        "runs_failed": failed, "metrics": exp["metrics"], "checker": checker_comparison(manifest), "out": str(out),
+        "report": str(out / "analysis" / "report.html"), "wall_s": round(time.monotonic() - t0, 1),
+    }  # fmt: skip
+    (out / "ab-result.json").write_text(json.dumps(result, indent=1))
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(summary_text({manifest["experiment"]: exp}))
+        chk = result["checker"]
+        if chk is not None:
+            click.echo(f"chaos checker, snake re-convergence per fault (mean per run): a {chk['a']['median']:.3g} s, "
+                       f"b {chk['b']['median']:.3g} s (medians); b - a = {chk['diff']:.3g} s "
+                       f"[{chk['ci_low'] if chk['ci_low'] is not None else '-'}, "
+                       f"{chk['ci_high'] if chk['ci_high'] is not None else '-'}], {chk['n_pairs']} pairs")
+        click.echo(f"report: {result['report']}  ({result['wall_s']:.0f} s)")
+    if failed:
+        click.echo(f"note: {len(failed)} run(s) failed a chaos check: {', '.join(failed[:10])}", err=True)

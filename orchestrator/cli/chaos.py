@@ -1,0 +1,133 @@
+"""``snekbed chaos SCENARIO [--topology FILE] [--backend inproc|docker|swarm] [--seed N] [--record DIR] [--json]``.
+
+Exit codes: 0 when every step passed, 1 when one failed (the JSON names it), 2 for a
+bad scenario or topology file (the message names the file, line and field).
+``SCENARIO`` is a YAML scenario, a reference-simulator sequence (``.json``), or the
+name of a shipped one (``snekbed chaos --list``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from node.core.variants import VariantError, VariantSpec
+
+from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
+from orchestrator.chaos.engine import ChaosSetupError, execute, resolve_scenario, shipped_scenarios, step_line
+from orchestrator.chaos.nemesis import random_scenario
+from orchestrator.chaos.scenario import ScenarioError, load_scenario
+from orchestrator.cli.options import address_option
+from orchestrator.model.topology import TopologyError
+from orchestrator.model.topology_loaders import load_topology
+
+__all__ = ["chaos"]
+
+
+@click.command("chaos")
+@click.argument("scenario", required=False)
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="topology file (optional for a sequence that builds its network)")
+@click.option("--backend", type=click.Choice(["inproc", "docker", "swarm"]), default="inproc", show_default=True,
+              help="swarm: services of the swarm this engine manages (docs/chaos.md, \"Swarm\")")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--random", "random_n", type=int, default=None, help="run a seeded random schedule of N faults")
+@click.option("--clock", type=click.Choice(["virtual", "real"]), default="virtual", show_default=True,
+              help="in-process backend only")
+@click.option("--boot-spread", "boot_spread_s", type=click.FloatRange(min=0), default=DEFAULT_BOOT_SPREAD_S,
+              show_default=True,
+              help="in-process backend only: boot each node a random time (from the seed) up to this many seconds "
+                   "before the links come up, so the routers' timers are not in lockstep; 0 boots all at once")
+@click.option("--record", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="write the run directory here (for `snekbed analyze`); Docker runs always record, under --runs-dir")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where Docker run directories go [default: $SNEKBED_RUNS_DIR or ./runs]")
+@click.option("--image", default=None, help="node image for --backend docker [default: build or reuse snekbed-node]")
+@click.option("--keep", is_flag=True, help="--backend docker: leave the containers up at the end (`snekbed down`)")
+@click.option("--write-scenario", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="with --random: write the generated schedule as a scenario file that replays it")
+@click.option("--variant", "variant_text", default="snek", show_default=True, metavar="NAME[,KNOB=VALUE...]",
+              help="every node's protocol variant (snek, snek-s0, legacy; docs/variants.md) unless the topology or "
+                   "a join step names another")
+@click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE", help="a variant knob for every node; repeatable")
+@click.option("--monitoring", is_flag=True,
+              help="--backend docker: run Prometheus with the run (its URL is printed; `snekbed down` removes it, so "
+                   "add --keep to look at it afterwards) scraping every node and this process's own view of the run")
+@click.option("--prometheus-image", default=None, metavar="IMAGE",
+              help="Prometheus image for --monitoring [default: build or reuse snekbed-prometheus, no registry needed]")
+@click.option("--metrics", "metrics_at", default=None, metavar="HOST:PORT",
+              help="serve this process's view of the run (snekbed_* series, docs/metrics.md) on HOST:PORT/metrics; "
+                   "in-process runs need --clock real")
+@click.option("--view", "view_at", default=None, metavar="HOST:PORT",
+              help="serve the live `snekbed view` page of an in-process --clock real run (docs/view.md); a Docker "
+                   "run is followed with `snekbed view --live`")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
+def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
+          clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
+          write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
+          prometheus_image: str | None, metrics_at: str | None, view_at: str | None, as_json: bool,
+          list_only: bool, boot_spread_s: float) -> None:  # fmt: skip
+    """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
+    if monitoring and backend != "docker":  # swarm too: Prometheus sits on one engine's control network
+        raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
+                               "(watch an in-process run with --clock real --metrics HOST:PORT)")
+    if metrics_at is not None and backend == "inproc" and clock != "real":
+        raise click.UsageError("--metrics on an in-process run needs --clock real (virtual time outruns any scrape)")
+    if view_at is not None and (backend != "inproc" or clock != "real"):
+        raise click.UsageError("--view serves an in-process --clock real run; follow a Docker run with "
+                               "`snekbed view --live` (virtual-clock runs: record, then `snekbed view RUN_DIR`)")
+    view_addr = address_option(view_at, "--view")
+    metrics_addr = address_option(metrics_at, "--metrics")
+    try:
+        variant = VariantSpec.parse(variant_text).with_knobs(knobs)
+    except VariantError as exc:
+        raise click.BadParameter(str(exc), param_hint="--variant/--knob") from None
+    if list_only:
+        for name, path in sorted(shipped_scenarios().items()):
+            sc = load_scenario(path)
+            click.echo(f"{name:<24} {sc.description.strip().splitlines()[0] if sc.description else ''}")
+        return
+    try:
+        topology = load_topology(topology_path) if topology_path is not None else None
+        if random_n is not None:
+            if topology is None:
+                raise click.UsageError("--random needs --topology")
+            sc = random_scenario(topology, random_n, seed)
+            if write_scenario is not None:
+                write_scenario.write_text(sc.to_yaml())
+        elif scenario is None:
+            raise click.UsageError("give a SCENARIO (a file or a shipped name: --list) or --random N")
+        else:
+            sc = load_scenario(resolve_scenario(scenario))
+        if topology is None and not sc.builds_network:
+            raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=scenario)
+    except (ScenarioError, TopologyError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+    def progress(rec: dict[str, Any]) -> None:
+        if not as_json:
+            click.echo(step_line(rec))
+
+    try:
+        out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image,
+                      keep=keep,
+                      clock=clock, progress=progress, variant=variant, monitoring=monitoring,
+                      prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
+                      boot_spread_s=boot_spread_s)  # fmt: skip
+    except ChaosSetupError as exc:
+        raise click.UsageError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        t = out["traffic"]
+        click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
+                   + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
+    sys.exit(0 if out["verdict"] == "pass" else 1)
+
+

@@ -1,0 +1,109 @@
+"""A/B experiments: one topology and one chaos scenario, two protocol variants, N seeds (docs/variants.md).
+
+For every seed both arms run the same scenario on the same topology with the same seed, so they get the
+same node keys (derived from seed and name), the same links and link shapes (drawn from the seeded RNG in
+the same order), the same fault schedule (the scenario's steps and their targets, resolved from the same
+keys) and the same ping pairs; the protocol variant and knobs are the only input that differs. (Per-frame
+delays are drawn as frames are sent, so once the arms send different frames their delay draws differ: that
+is the protocol's doing, not the setup's.)
+
+Every run is recorded as a normal run directory, ``OUT/runs/<arm>-s<seed>``, whose ``meta.json`` carries
+``ab`` (experiment, arm, seed, both specs); ``OUT/ab.json`` is the manifest (arms, every run's verdict and
+per-step re-convergence as the chaos checker saw it). The Spark pipeline then analyses all the runs
+(``OUT/analysis``) and pairs the arms by seed (pipeline.jobs.ab).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from node.core.variants import VariantSpec
+
+from orchestrator.chaos.engine import execute
+from orchestrator.chaos.scenario import Scenario
+from orchestrator.model.runs import new_run_id
+from orchestrator.model.topology import Topology
+
+__all__ = ["AbPlan", "run_arms"]
+
+ARMS = ("a", "b")
+
+
+@dataclass(frozen=True)
+class AbPlan:
+    """What an A/B experiment runs. ``seeds`` are the seeds themselves (``range(N)`` for ``--seeds N``)."""
+
+    a: VariantSpec
+    b: VariantSpec
+    scenario: Scenario
+    topology: Topology | None
+    seeds: Sequence[int]
+    backend: str = "inproc"
+    out: Path = Path("ab")
+    experiment: str = ""
+    image: str | None = None
+
+    def spec(self, arm: str) -> VariantSpec:
+        return self.a if arm == "a" else self.b
+
+
+def _step_summary(rec: dict[str, Any]) -> dict[str, Any]:
+    """What the manifest keeps of one chaos step record."""
+    keep = ("index", "action", "at_s", "verdict", "tree_converged_s", "snake_converged_s", "live_nodes", "components")
+    out = {k: rec.get(k) for k in keep if k in rec}
+    out["targets"] = [str(t) for t in rec.get("targets", [])]
+    if "delivery" in rec:
+        out["delivery"] = rec["delivery"]
+    return out
+
+
+def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run every (seed, arm) pair, recording each run; write and return the manifest (``OUT/ab.json``).
+
+    ``progress(arm, seed, chaos_result)`` is called after each run. Arms alternate within a seed (a, b, a, b,
+    ...) so a slow drift of the machine cannot favour one arm.
+    """
+    experiment = plan.experiment or f"ab-{new_run_id()}"
+    root = plan.out / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for seed in plan.seeds:
+        for arm in ARMS:
+            spec = plan.spec(arm)
+            ab = {"experiment": experiment, "arm": arm, "seed": seed, "a": str(plan.a), "b": str(plan.b)}
+            record = root / f"{arm}-s{seed}"
+            t0 = time.monotonic()
+            if plan.backend == "docker":
+                result = execute(plan.scenario, plan.topology, backend="docker", seed=seed, runs_dir=root,
+                                 image=plan.image, variant=spec, ab=ab)  # fmt: skip
+            else:
+                result = execute(plan.scenario, plan.topology, backend="inproc", seed=seed, record=record,
+                                 variant=spec, ab=ab)  # fmt: skip
+            run = {
+                "arm": arm, "seed": seed, "spec": str(spec), "run_dir": result["run_dir"],
+                "verdict": result["verdict"], "wall_s": round(time.monotonic() - t0, 2),
+                "steps": [_step_summary(s) for s in result.get("steps", [])],
+            }  # fmt: skip
+            runs.append(run)
+            if progress is not None:
+                progress(arm, seed, run)
+    manifest = {
+        "experiment": experiment,
+        "a": str(plan.a),
+        "b": str(plan.b),
+        "scenario": plan.scenario.name,
+        "topology": plan.topology.name if plan.topology is not None else None,
+        "backend": plan.backend,
+        "seeds": list(plan.seeds),
+        "runs": runs,
+        "runs_wall_s": round(time.monotonic() - started, 2),
+    }
+    plan.out.mkdir(parents=True, exist_ok=True)
+    (plan.out / "ab.json").write_text(json.dumps(manifest, indent=1))
+    return manifest

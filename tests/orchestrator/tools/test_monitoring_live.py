@@ -1,0 +1,220 @@
+"""Monitoring proven on live data: a real Prometheus (the offline-built image, in the run) scrapes a mesh-12 chaos
+run on Docker through a root kill and a partition-and-heal, with the orchestrator's own exporter; then every
+target of every panel (and every annotation) of every generated dashboard, its variables filled in, is evaluated
+through Prometheus's HTTP API over the run's time range and must return data, every metric it names must exist,
+and the values must mean what the panels say. A compose file's monitoring profile is brought up and down too."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.tools.dashboards import DEFAULT_DIR, metric_names, substitute, targets
+from orchestrator.backends.image import build_prometheus_image
+from tests.ci import need
+from tests.orchestrator.docker_helpers import left_behind
+
+pytestmark = [pytest.mark.docker, pytest.mark.prometheus, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
+STEP_S = 2  # query resolution: the run's scrape interval
+
+SCENARIO = """\
+name: monitored-mesh-12
+settle_s: 3
+traffic: {rate_per_s: 4, pairs: 12}
+steps:
+  - {action: wait, until: converged, within_s: 180}
+  - {action: kill, target: root, after_s: 20}
+  - {action: partition, by: halves, after_s: 15}
+  - {action: heal, after_s: 20}
+  - {action: check, after_s: 25}
+"""
+
+
+def _api(url: str, path: str, **params: Any) -> Any:
+    resp = httpx.get(f"{url}/api/v1/{path}", params=params, timeout=30, trust_env=False)
+    body = resp.json()
+    assert resp.status_code == 200 and body["status"] == "success", (path, params, body)
+    return body["data"]
+
+
+def _range(url: str, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+    return _api(url, "query_range", query=expr, start=start, end=end, step=STEP_S)["result"]
+
+
+def _values(series: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    return [(float(t), float(v)) for s in series for t, v in s["values"] if not math.isnan(float(v))]
+
+
+def _at(url: str, expr: str, t: float) -> list[float]:
+    return [float(r["value"][1]) for r in _api(url, "query", query=expr, time=t)["result"]]
+
+
+@pytest.fixture(scope="module")
+def monitored_run(client: object, image: str, tmp_path_factory: pytest.TempPathFactory):
+    """The chaos run, kept (--keep) so its Prometheus can be queried; removed by label afterwards."""
+    prom_image = build_prometheus_image(client)  # type: ignore[arg-type]
+    tmp = tmp_path_factory.mktemp("monitored")
+    sc = tmp / "scenario.yaml"
+    sc.write_text(SCENARIO)
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(sc), "--topology", str(MESH12),
+                           "--backend", "docker", "--image", image, "--runs-dir", str(tmp / "runs"), "--seed", "5",
+                           "--monitoring", "--prometheus-image", prom_image, "--keep", "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=1200)  # fmt: skip
+    out = json.loads(done.stdout) if done.stdout.strip() else {}
+    run_id = Path(out["run_dir"]).name if out.get("run_dir") else None
+    try:
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+        assert "Prometheus for run" in done.stderr
+        run_dir = Path(out["run_dir"])
+        meta = json.loads((run_dir / "meta.json").read_text())
+        actions = [json.loads(x) for x in (run_dir / "actions.jsonl").read_text().splitlines()]
+        yield {"out": out, "run_id": run_id, "url": meta["monitoring"]["prometheus"], "actions": actions,
+               "end": time.time()}
+    finally:
+        if run_id is not None:
+            gone = subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", run_id,
+                                   "--runs-dir", str(tmp / "runs")], capture_output=True, text=True, cwd=REPO,
+                                  timeout=300)  # fmt: skip
+        left = left_behind(client, run_id) if run_id is not None else ""
+    assert not left, left + "\n" + gone.stderr[-2000:]
+
+
+def _fault(run: dict[str, Any], action: str) -> float:
+    return next(a["wall_ts"] for a in run["actions"] if a["action"] == action)
+
+
+def test_every_panel_of_every_dashboard_returns_data_from_the_live_run(monitored_run: dict[str, Any]) -> None:
+    run, url = monitored_run, monitored_run["url"]
+    start, end = run["actions"][0]["wall_ts"] - 5, run["end"]
+    health = _api(url, "targets", state="active")["activeTargets"]
+    jobs = {t["labels"]["job"] for t in health}
+    assert {"snek-nodes", "snekbed-orchestrator"} <= jobs, jobs
+    assert sum(t["labels"]["job"] == "snek-nodes" for t in health) == 11  # the killed root's container is gone
+    # for the node dashboard: the live node that sent the most pings (its RTT panel has samples)
+    killed = {a["target"] for a in run["actions"] if a["action"] in ("kill", "kill_root")}
+    sent = _api(url, "query", query=f'sum by (node) (snek_pings_total{{run="{run["run_id"]}"}})', time=end)["result"]
+    node = max((float(r["value"][1]), r["metric"]["node"]) for r in sent if r["metric"]["node"] not in killed)[1]
+    variables = {"run": run["run_id"], "node": node}
+    # a metric exists when it has samples in the run, or a node exposes it (HELP/TYPE) with none yet: a counter
+    # whose labels are only known when they happen (drop reasons) has no series until the first one
+    present = set(_api(url, "label/__name__/values", start=start, end=end)) | set(_api(url, "metadata"))
+    checked, names = 0, set()
+    for path in sorted(DEFAULT_DIR.glob("*.json")):
+        doc = json.loads(path.read_text())
+        for v in doc["templating"]["list"]:
+            query = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+            metric = query.removeprefix("label_values(").split(",")[0].split("{")[0]
+            assert metric in present, (path.name, v["name"], metric)
+        for t in targets(doc):
+            expr = substitute(t.expr, variables, STEP_S)
+            assert "$" not in expr, (path.name, t.panel, expr)
+            for name in metric_names(t.expr):
+                names.add(name)
+                assert name.removesuffix("_bucket") in present or name in present, (path.name, t.panel, name)
+            got = _values(_range(url, expr, start, end))
+            if not t.panel.startswith("annotation:"):  # the fault mark is checked below, where it must be
+                assert got, f"{path.name}: panel {t.panel!r} returned no data: {expr}"
+            checked += 1
+    assert checked >= 40 and len(names) >= 20, (checked, sorted(names))
+
+
+def test_the_panels_mean_what_they_say(monitored_run: dict[str, Any]) -> None:
+    run, url, rid = monitored_run, monitored_run["url"], monitored_run["run_id"]
+    kill, part, heal, end = _fault(run, "kill_root"), _fault(run, "partition"), _fault(run, "heal"), run["end"]
+    roots = f'count(count by (key) (snek_root_info{{run="{rid}"}}))'
+    assert _at(url, roots, kill - 2) == [1.0]  # converged before the kill: one root
+    assert _at(url, roots, end - 1) == [1.0]  # and again after the heal
+    changes = _values(_range(url, f'sum(increase(snek_root_changes_total{{run="{rid}"}}[1m]))', kill, part))
+    assert max(v for _, v in changes) > 0, changes
+    comps = f'snekbed_components{{run="{rid}"}}'
+    assert _at(url, comps, heal - 2) == [2.0]  # during the partition
+    assert _at(url, comps, end - 1) == [1.0]  # after the heal
+    assert _at(url, f'snekbed_live_nodes{{run="{rid}"}}', end - 1) == [11.0]  # the root stays dead
+    assert _at(url, f'snekbed_converged{{run="{rid}",kind="snake"}}', end - 1) == [1.0]
+    assert _at(url, f'sum(snekbed_faults_total{{run="{rid}"}})', end - 1) == [3.0]
+    assert _at(url, f'snekbed_reconvergence_seconds{{run="{rid}",kind="snake"}}', end - 1)[0] > 0
+    # the fault annotation marks each fault at the scrape after it, within two scrape intervals and a step
+    doc = json.loads((DEFAULT_DIR / "snekbed-chaos.json").read_text())
+    ann = next(t for t in targets(doc) if t.panel.startswith("annotation:"))
+    series = _range(url, substitute(ann.expr, {"run": rid}, STEP_S), kill - 30, end)
+    first = {s["metric"]["kind"]: min(float(t) for t, _ in s["values"]) for s in series}
+    assert set(first) == {"kill_root", "partition", "heal"}, first
+    for kind, at in (("kill_root", kill), ("partition", part), ("heal", heal)):
+        assert at - STEP_S <= first[kind] <= at + 3 * STEP_S + 1, (kind, at, first[kind])
+
+
+# ---------------------------------------------------------------- compose's monitoring profile
+
+
+def test_compose_monitoring_profile_scrapes_every_node_and_goes_down(client: object, image: str) -> None:
+    compose = shutil.which("docker-compose")
+    need(compose is not None, "docker-compose (v1) is not installed")
+    build_prometheus_image(client)  # type: ignore[arg-type]  # tags snekbed-prometheus:latest, which the file names
+    project = f"snekmon{uuid.uuid4().hex[:8]}"
+    base = [compose, "-f", str(REPO / "compose" / "mesh-12.yml"), "-p", project, "--profile", "monitoring"]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "SNEKBED_PROMETHEUS_PORT": "0"}
+    try:
+        done = subprocess.run([*base, "up", "-d"], capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        port = subprocess.run([*base, "port", "prometheus", "9090"], capture_output=True, text=True, env=env)
+        url = f"http://{port.stdout.strip()}"
+        deadline, up = time.monotonic() + 120, []
+        while time.monotonic() < deadline:
+            try:
+                active = _api(url, "targets", state="active")["activeTargets"]
+            except (httpx.HTTPError, ValueError):
+                active = []
+            up = sorted(t["labels"]["node"] for t in active if t["labels"].get("job") == "snek-nodes"
+                        and t["health"] == "up")  # fmt: skip
+            if len(up) == 12:
+                break
+            time.sleep(2)
+        assert up == [f"n{i:02d}" for i in range(1, 13)], up
+        got = _api(url, "query", query='count(snek_node_info{run="compose-mesh-12"})')["result"]
+        assert got and got[0]["value"][1] == "12"
+    finally:
+        done = subprocess.run([*base, "down", "-v", "-t", "5"], capture_output=True, text=True, timeout=300, env=env)
+        left = client.api.containers(all=True, filters={"label": f"com.docker.compose.project={project}"})  # type: ignore[attr-defined]
+        nets = client.api.networks(filters={"label": f"com.docker.compose.project={project}"})  # type: ignore[attr-defined]
+        assert done.returncode == 0 and not left and not nets, (done.stderr, left, nets)
+
+
+def test_up_with_monitoring_starts_prometheus_for_the_run_and_down_removes_it(client: object, image: str,
+                                                                               tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "up", str(REPO / "compose" / "topologies" /
+                           "line-5.yaml"), "--image", image, "--runs-dir", str(runs), "--monitoring", "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)  # fmt: skip
+    out = json.loads(done.stdout) if done.stdout.strip() else {}
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        url = out["prometheus"]
+        assert url.startswith("http://127.0.0.1:")
+        deadline, up = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            active = _api(url, "targets", state="active")["activeTargets"]
+            up = sorted(t["labels"]["node"] for t in active if t["labels"]["job"] == "snek-nodes" and t["health"] == "up")
+            if len(up) == 5:
+                break
+            time.sleep(1)
+        assert up == ["n01", "n02", "n03", "n04", "n05"]
+        assert all(t["labels"]["run"] == out["run_id"] for t in active if t["labels"]["job"] == "snek-nodes")
+    finally:
+        if out.get("run_id"):
+            gone = subprocess.run([sys.executable, "-m", "orchestrator.cli", "down", "--run-id", out["run_id"],
+                                   "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO, timeout=300)
+        left = left_behind(client, out["run_id"]) if out.get("run_id") else ""
+    assert not left, left + "\n" + gone.stderr[-2000:]
