@@ -236,3 +236,97 @@ def test_every_lazy_boundary_is_needed_and_guards_its_extra() -> None:
         assert why and targets <= local.get(module, set()), f"{module}: stale entry, it no longer imports lazily"
         for target in targets:
             assert extra in _loads_at_import(target), f"{module}: {target} does not load {extra} (so no reason)"
+
+
+# ---------------------------------------------------------------- sizes, the command line, the diagram
+
+#: a module longer than this, or a function longer than :data:`MAX_FUNCTION_LINES`, hides its design
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+#: every folder of the repository that holds our Python (tests too: a test module is read as often as code)
+SOURCE_FOLDERS = (*PACKAGES, "tests", "benchmarks", "scripts")
+#: generated code, exempt from the size rules (none today: the dashboards are generated as JSON, not Python)
+GENERATED: frozenset[str] = frozenset()
+
+
+def oversized(root: Path = REPO) -> list[str]:
+    """``path: N lines`` for each module over the limit, ``path:line name(): N lines`` for each function."""
+    found = []
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel in GENERATED:
+                continue
+            text = path.read_text(encoding="utf-8")
+            if (n := text.count("\n")) > MAX_MODULE_LINES:
+                found.append(f"{rel}: {n} lines (module, at most {MAX_MODULE_LINES})")
+            for node in ast.walk(ast.parse(text, filename=rel)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        found.append(f"{rel}:{node.lineno} {node.name}(): {length} lines (function, at most "
+                                     f"{MAX_FUNCTION_LINES})")
+    return found
+
+
+def test_no_module_over_600_lines_and_no_function_over_80() -> None:
+    found = oversized()
+    assert not found, f"{len(found)} offender(s):\n" + "\n".join(found)
+
+
+def test_the_size_rule_finds_a_long_function_and_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "tests" / "long.py").write_text(f"def f():\n{body}\n" + "\n" * MAX_MODULE_LINES)
+    assert oversized(tmp_path) == [f"tests/long.py: {MAX_MODULE_LINES + MAX_FUNCTION_LINES + 1} lines (module, at "
+                                   f"most {MAX_MODULE_LINES})",
+                                   f"tests/long.py:1 f(): {MAX_FUNCTION_LINES + 1} lines (function, at most "
+                                   f"{MAX_FUNCTION_LINES})"]
+
+
+def is_cli_module(module: str) -> bool:
+    """A command-line module: ``orchestrator.cli`` and below, or any module named ``cli`` or ``*_cli``."""
+    leaf = module.rsplit(".", 1)[-1]
+    return module == "orchestrator.cli" or module.startswith("orchestrator.cli.") or leaf == "cli" or \
+        leaf.endswith("_cli")
+
+
+#: modules of the command line that its other modules share (click options, printing): imported inside it only
+CLI_SHARED = frozenset({"orchestrator.cli.options", "orchestrator.cli.render"})
+#: the command-line entry point (``snekbed``, ``python -m orchestrator.cli``): the one importer of commands
+ENTRY_POINT = frozenset({"orchestrator.cli", "orchestrator.cli.__main__"})
+
+
+def cli_imports(g: nx.DiGraph) -> list[str]:
+    """``importer -> cli module`` for every import of a command-line module that is not allowed: only the command
+    line's own modules may import its shared helpers; nothing imports a command (the entry point finds them by name,
+    with importlib, so that edge is not in the graph)."""
+    bad = []
+    for importer, imported in sorted(g.edges):
+        if not is_cli_module(imported) or imported == importer:
+            continue
+        if importer in ENTRY_POINT or (is_cli_module(importer) and imported in CLI_SHARED):
+            continue
+        bad.append(f"{importer} -> {imported}")
+    return bad
+
+
+def test_no_module_imports_a_command_line_module() -> None:
+    bad = cli_imports(import_graph())
+    assert not bad, "modules importing a command-line module:\n" + "\n".join(bad)
+
+
+def test_the_cli_rule_catches_a_library_importing_a_command() -> None:
+    g = nx.DiGraph([("orchestrator.experiments.ab", "orchestrator.cli.chaos"), ("orchestrator.cli.up",
+                    "orchestrator.cli.options"), ("orchestrator.sessions.sim", "orchestrator.cli.options"),
+                    ("node.cli", "node.runtime")])  # fmt: skip
+    assert cli_imports(g) == ["orchestrator.experiments.ab -> orchestrator.cli.chaos",
+                              "orchestrator.sessions.sim -> orchestrator.cli.options"]
+
+
+def test_the_architecture_page_shows_the_import_graph() -> None:
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "architecture.py"), "--check"], cwd=REPO,
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert page.lstrip().startswith("# Architecture") and page.index("```mermaid") < page.index("\n## ")
