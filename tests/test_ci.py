@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -53,3 +54,15 @@ def test_xdist_keeps_a_group_on_one_worker() -> None:
     assert done.returncode == 0 and len(lines) >= 4, done.stdout[-2000:]
     assert all(ln.rstrip().endswith("@multicast") for ln in lines), lines
     assert len({ln.split("]")[0] for ln in lines}) == 1, lines  # one worker ran them all
+
+
+@pytest.mark.slow
+def test_the_suite_collects_without_the_shared_reference_material(tmp_path: Path) -> None:
+    """A checkout without ../shared (SNEKBED_SHARED pointing nowhere) still collects every test module: a test that
+    needs the reference's vectors or topologies asks for them when it runs, and skips (fails in CI) naming them."""
+    env = dict(os.environ)
+    env["SNEKBED_SHARED"] = str(tmp_path / "no-shared-here")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           str(TESTS)], cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^\d+ tests collected", done.stdout, re.M) and "error" not in done.stdout.splitlines()[-1]

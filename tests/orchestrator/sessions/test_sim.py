@@ -123,6 +123,7 @@ def test_bad_topology_names_the_file_and_line(tmp_path) -> None:
     assert "bad.yaml" in res.output and "zz" in res.output
 
 
+@pytest.mark.slow
 def test_real_clock_runs_in_wall_clock_time() -> None:
     # Protocol time must map onto trio's real clock (which does not start at 0): a run that
     # converges at T protocol seconds takes at least T seconds of wall time.
