@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import logging
 import random
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
 
-from contract.frames import FRAME_TYPE_NAMES, FRAME_TYPE_SLOTS
+from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT
 from contract.links import LinkShape
 from netem.userspace import LinkShaper
 from node.core import wire
 from node.core.crypto import Identity
 from node.core.errors import HandshakeRejected, MalformedFrame
-from node.core.types import Frame, FrameType
+from node.core.types import MAX_FRAME_LEN, Frame, FrameType
 from node.core.variants import variants_advertising
 from node.fairqueue import BLUETOOTH_BUCKETS, REFERENCE_BUCKETS, FairQueue
 
@@ -53,8 +54,12 @@ __all__ = [
 log = logging.getLogger("snekbed.node.peer")
 
 KEEPALIVE_BYTES = wire.encode_frame(Frame(FrameType.KEEPALIVE))
-NTYPES = len(FRAME_TYPE_NAMES) + 1  # one slot per frame type, and a last one for unknown types
+NTYPES = UNKNOWN_FRAME_SLOT + 1  # one slot per frame type, and a last one for unknown types
 _SLOT = FRAME_TYPE_SLOTS  # type byte -> slot (contract.frames: the numbers are not contiguous)
+_TRAFFIC = int(FrameType.TRAFFIC)
+_KEEPALIVE_SLOT = _SLOT[FrameType.KEEPALIVE]
+_TRAFFIC_SLOT = _SLOT[FrameType.TRAFFIC]
+_HS_CAPABILITIES = struct.Struct(">4xI")  # §3.2: version, 3 unused bytes, then the capabilities (u32 BE)
 RECV_BYTES = 65_536
 WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all
 SLICE_FRAMES = 32  # frames handed to the node between checkpoints
@@ -104,7 +109,7 @@ async def handshake(
     except HandshakeRejected as exc:
         detail = str(exc)
         if exc.reason == "bad_capabilities":
-            theirs = int.from_bytes(buf[4:8], "big")
+            (theirs,) = _HS_CAPABILITIES.unpack_from(buf)
             detail += f": the peer runs {variants_advertising(theirs)}, this node {variants_advertising(capabilities)}"
         raise HandshakeFailed(exc.reason, detail) from None
     return key, bytes(buf[wire.HANDSHAKE_LEN :])
@@ -117,7 +122,7 @@ def _first_leaf(exc: BaseException) -> BaseException:
 
 
 OnFrames = Callable[["PeerConn", list[tuple[int, bytes]]], None]
-OnDrop = Callable[[int, str, int], None]
+OnDrop = Callable[[int | None, str, int], None]  # (wire frame type, None if unknown; reason; count)
 
 
 class PeerConn:
@@ -135,7 +140,7 @@ class PeerConn:
         on_frames: OnFrames,
         on_drop: OnDrop,
         leftover: bytes = b"",
-        max_frame_bytes: int = 65_535,
+        max_frame_bytes: int = MAX_FRAME_LEN,
         flow_depth: int = 16,
         protocol_limit: int = 4096,
         shaper_seed: int = 0,
@@ -157,7 +162,7 @@ class PeerConn:
         self.closed = False
         self.reason = ""
         self.connected_at = trio.current_time()
-        # counters, indexed by frame type (slot 5: unknown types)
+        # counters, indexed by frame type slot (contract.frames; the last slot: unknown types)
         self.rx_frames = [0] * NTYPES
         self.rx_bytes = [0] * NTYPES
         self.tx_frames = [0] * NTYPES
@@ -240,10 +245,10 @@ class PeerConn:
                     try:
                         frames = decoder.feed_raw(data)
                     except MalformedFrame as exc:
-                        self._on_drop(exc.frame_type if exc.frame_type is not None else -1, exc.reason, 1)
+                        self._on_drop(exc.frame_type, exc.reason, 1)
                         raise PeerClosed(exc.reason, str(exc)) from None
                     if decoder.buffered > self.max_frame_bytes:
-                        self._on_drop(-1, "oversize", 1)
+                        self._on_drop(None, "oversize", 1)
                         raise PeerClosed("oversize", f"a frame is longer than {self.max_frame_bytes} bytes")
                     if frames:
                         deadline.deadline = trio.current_time() + read_s
@@ -297,8 +302,8 @@ class PeerConn:
                 self._take_shaped(batch, now)
             if not batch and now - last_write >= t.keepalive_s:
                 batch.append(KEEPALIVE_BYTES)
-                self.tx_frames[0] += 1
-                self.tx_bytes[0] += len(KEEPALIVE_BYTES)
+                self.tx_frames[_KEEPALIVE_SLOT] += 1
+                self.tx_bytes[_KEEPALIVE_SLOT] += len(KEEPALIVE_BYTES)
             if batch:
                 data = batch[0] if len(batch) == 1 else b"".join(batch)
                 batch.clear()
@@ -332,8 +337,8 @@ class PeerConn:
         if self.traffic:
             start = len(batch)
             used = self.traffic.pop_into(batch, WRITE_BUDGET_BYTES)
-            self.tx_frames[3] += len(batch) - start
-            self.tx_bytes[3] += used
+            self.tx_frames[_TRAFFIC_SLOT] += len(batch) - start
+            self.tx_bytes[_TRAFFIC_SLOT] += used
 
     def _take_shaped(self, batch: list[bytes], now: float) -> None:
         """Pass newly queued frames through the shaper, then release the ones that are due."""
@@ -345,7 +350,7 @@ class PeerConn:
         if self.traffic:
             items: list[bytes] = []
             self.traffic.pop_into(items, 1 << 62)
-            pending.extend((3, d) for d in items)
+            pending.extend((_TRAFFIC, d) for d in items)
         line = self._delay_line
         for ftype, data in pending:
             verdict = shaper.send(now, len(data))

@@ -48,8 +48,8 @@ from node.core.crypto import derive_seed
 from node.core.errors import MalformedFrame
 from node.core.ping import PingResult
 from node.core.router import Encoded, Router
-from node.core.state import Send
-from node.core.types import Frame, LinkType
+from node.core.state import MAX_PORTS, Send
+from node.core.types import Frame, FrameType, LinkType
 from node.events import EventLog, FrameStats
 from node.load import LOAD_HEADER_LEN, LOAD_MAGIC, LoadEndpoint
 from node.metrics import NodeMetrics
@@ -64,6 +64,7 @@ __all__ = ["Node", "snekbed_version"]
 
 log = logging.getLogger("snekbed.node")
 
+_TRAFFIC = int(FrameType.TRAFFIC)  # a plain int: compared once per frame the node sends
 
 
 def snekbed_version() -> str:
@@ -209,12 +210,12 @@ class Node:
         self._started.set()
 
     def attach(self, key: bytes, link: LinkSpec, stream: trio.abc.Stream, remote: str, leftover: bytes) -> PeerConn | None:
-        """Give an authenticated stream a port and a PeerConn (§3.6); None when all 253 ports are in use."""
+        """Give an authenticated stream a port and a PeerConn (§3.6); None when all ports (1..MAX_PORTS) are in use."""
         cfg = self.cfg
         port = self.router.add_peer(key, link.link_type, trio.current_time())
         if port is None:
             self.counters.disconnects["ports_full"] += 1
-            log.warning("refusing %s (%s): all 253 ports are in use", remote, key.hex()[:16])
+            log.warning("refusing %s (%s): all %d ports are in use", remote, key.hex()[:16], MAX_PORTS)
             return None
         peer = PeerConn(
             port=port, key=key, link=link, stream=stream, remote=remote, timeouts=cfg.timeouts,
@@ -266,7 +267,7 @@ class Node:
         try:
             self.router.bytes_received(peer.port, frames, trio.current_time())
         except MalformedFrame as exc:
-            self._on_drop(exc.frame_type if exc.frame_type is not None else -1, exc.reason, 1)
+            self._on_drop(exc.frame_type, exc.reason, 1)
             self._dispatch()
             raise PeerClosed(exc.reason, str(exc)) from None
         self._dispatch()
@@ -315,7 +316,7 @@ class Node:
             except ValueError:
                 self._on_drop(f.type, "unencodable", 1)
                 continue
-            if f.type == 3:
+            if f.type == _TRAFFIC:
                 p.push_traffic(data, f.source_key, f.destination_key)
             else:
                 p.push_protocol(f.type, data)
@@ -336,7 +337,8 @@ class Node:
 
     # ================================================================ router outputs other than frames
 
-    def _on_drop(self, ftype: int, reason: str, n: int) -> None:
+    def _on_drop(self, ftype: int | None, reason: str, n: int) -> None:
+        """Count ``n`` dropped frames of wire type ``ftype`` (None: no frame type known, counted as unknown)."""
         self.counters.drops[(frame_type_name(ftype), reason)] += n
         self.events.count_drop(ftype, reason, n)
 
@@ -368,7 +370,7 @@ class Node:
         for f in frames:
             self.counters.delivered_frames += 1
             p = f.payload
-            if len(p) >= LOAD_HEADER_LEN and p[:8] == LOAD_MAGIC:
+            if len(p) >= LOAD_HEADER_LEN and p.startswith(LOAD_MAGIC):
                 self.load.on_payload(f.source_key, p)
 
     def _on_ping_results(self, results: Sequence[PingResult]) -> None:
