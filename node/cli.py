@@ -35,6 +35,7 @@ from node.config import (
     parse_listen_bluetooth,
     parse_peer_uri,
 )
+from node.core.types import MAX_FRAME_LEN
 from node.lifecycle import NodeProcess
 from node.transports import bluetooth as bt
 
@@ -145,7 +146,7 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--run-id", default="adhoc", help="Run id written on every event.")
 @click.option("--name", default=None, help="Node name written on every event (node_name).")
 @click.option("--ready-file", default=None, metavar="PATH", help="Write the bound addresses as JSON here once up.")
-@click.option("--max-frame-bytes", type=int, default=65_535, help="Largest frame accepted from a peer; longer ones drop the peer.")
+@click.option("--max-frame-bytes", type=int, default=MAX_FRAME_LEN, help="Largest frame accepted from a peer; longer ones drop the peer.")
 @click.option("--flow-queue-frames", type=int, default=64, help="Frames per flow bucket of a peer's traffic queue (head drop; the reference uses 16, see docs/node.md).")
 @click.option("--userspace-shaping", is_flag=True, help="Shape every peering with its link class's full shape.")
 @click.option("--shaping-seed", type=int, default=None, help="Seed for userspace shaping randomness.")

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_class
 from node.core.adversary import parse_drop_spec
 from node.core.crypto import Identity
-from node.core.types import LinkType
+from node.core.types import MAX_FRAME_LEN, LinkType
 from node.core.variants import VariantError, VariantSpec
 
 __all__ = [
@@ -434,7 +434,7 @@ class NodeConfig:
     run_id: str = "adhoc"
     name: str | None = None
     ready_file: Path | None = None
-    max_frame_bytes: int = 65_535
+    max_frame_bytes: int = MAX_FRAME_LEN
     flow_queue_frames: int = 64  # the reference: 16 (docs/node.md says why more here)
     protocol_queue_frames: int = 4096
     stats_interval_s: float = 10.0
@@ -447,8 +447,9 @@ class NodeConfig:
     adversary: list[tuple[dict[str, float], bytes | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 256 <= self.max_frame_bytes <= 65_535:
-            raise ConfigError("--max-frame-bytes", self.max_frame_bytes, "must be in 256..65535 (announcements need room)")
+        if not 256 <= self.max_frame_bytes <= MAX_FRAME_LEN:
+            raise ConfigError("--max-frame-bytes", self.max_frame_bytes,
+                              f"must be in 256..{MAX_FRAME_LEN} (announcements need room)")  # fmt: skip
         if not 1 <= self.flow_queue_frames <= 4096:
             raise ConfigError("--flow-queue-frames", self.flow_queue_frames, "must be in 1..4096")
         if not 16 <= self.protocol_queue_frames <= 1_000_000:

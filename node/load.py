@@ -1,8 +1,9 @@
 """The benchmark load protocol: closed-loop Traffic between two nodes' load endpoints.
 
 A load frame is SNEK-routed Traffic whose payload starts with a 22-byte
-``snekload`` header (:data:`LOAD_STRUCT`: magic, kind 0 data / 1 ack, flags
-1 = ack now, flow id, sequence or count), then padding. The receiving node
+``snekload`` header (:data:`LOAD_STRUCT`: magic, kind 0 data / 1 ack
+(:data:`LOAD_DATA`, :data:`LOAD_ACK`), flags 1 = ack now (:data:`LOAD_ACK_NOW`),
+flow id, sequence or count), then padding. The receiving node
 acknowledges every :data:`LOAD_ACK_EVERY` data frames of a flow (or at once
 when asked) with the count received so far; the sender
 (:meth:`LoadEndpoint.run`, driven by ``POST /traffic``) keeps at most
@@ -24,10 +25,15 @@ from typing import Any
 
 import trio
 
-__all__ = ["LOAD_ACK_EVERY", "LOAD_HEADER_LEN", "LOAD_MAGIC", "LOAD_STRUCT", "LoadEndpoint", "LoadFlow", "load_payload"]
+__all__ = [
+    "LOAD_ACK", "LOAD_ACK_EVERY", "LOAD_ACK_NOW", "LOAD_DATA", "LOAD_HEADER_LEN", "LOAD_MAGIC", "LOAD_STRUCT",
+    "LoadEndpoint", "LoadFlow", "load_payload",
+]  # fmt: skip
 
 LOAD_MAGIC = b"snekload"
-LOAD_STRUCT = _LOAD = struct.Struct(">8sBBIQ")  # magic, kind (0 data, 1 ack), flags (1 = ack now), flow id, sequence / count
+LOAD_STRUCT = _LOAD = struct.Struct(">8sBBIQ")  # magic, kind, flags, flow id, sequence / count
+LOAD_DATA, LOAD_ACK = 0, 1  # kinds: a data frame (its sequence number), an ack (the count received)
+LOAD_ACK_NOW = 1  # flag of a data frame: acknowledge at once
 LOAD_HEADER_LEN = _LOAD.size  # 22
 LOAD_ACK_EVERY = 16
 _LOAD_SINK_FLOWS = 1024
@@ -43,7 +49,7 @@ def load_payload(kind: int, flags: int, flow: int, n: int, pad: bytes = b"") -> 
 
 def is_load(payload: bytes) -> bool:
     """Whether a delivered Traffic payload belongs to the load protocol."""
-    return len(payload) >= LOAD_HEADER_LEN and payload[:8] == LOAD_MAGIC
+    return len(payload) >= LOAD_HEADER_LEN and payload.startswith(LOAD_MAGIC)
 
 
 @dataclass(eq=False)
@@ -68,15 +74,15 @@ class LoadEndpoint:
         Acks go through ``send`` without ``flush``: the node drains them in the same dispatch.
         """
         _, kind, flags, flow, n = _LOAD.unpack_from(p)
-        if kind == 0:  # data: count it, ack every LOAD_ACK_EVERY frames or when asked
+        if kind == LOAD_DATA:  # count it, ack every LOAD_ACK_EVERY frames or when asked
             k = (source, flow)
             count = self._rx.pop(k, 0) + 1
             self._rx[k] = count  # re-inserted last: the dict is an LRU
             if len(self._rx) > _LOAD_SINK_FLOWS:
                 del self._rx[next(iter(self._rx))]
-            if flags & 1 or count % LOAD_ACK_EVERY == 0:
-                self._send(source, load_payload(1, 0, flow, count), trio.current_time())
-        elif kind == 1:
+            if flags & LOAD_ACK_NOW or count % LOAD_ACK_EVERY == 0:
+                self._send(source, load_payload(LOAD_ACK, 0, flow, count), trio.current_time())
+        elif kind == LOAD_ACK:
             st = self.flows.get(flow)
             if st is not None and n > st.acked:
                 st.acked = n
@@ -106,8 +112,8 @@ class LoadEndpoint:
                         now = trio.current_time()
                         for _ in range(room):
                             sent += 1
-                            flags = 1 if (sent == count or sent - st.acked - lost >= inflight) else 0
-                            send(dest, pack(LOAD_MAGIC, 0, flags, flow, sent) + pad, now)
+                            flags = LOAD_ACK_NOW if (sent == count or sent - st.acked - lost >= inflight) else 0
+                            send(dest, pack(LOAD_MAGIC, LOAD_DATA, flags, flow, sent) + pad, now)
                         self._flush()
                         await trio.lowlevel.checkpoint()
                         continue

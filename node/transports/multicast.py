@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Collection
 import trio
 
 from node.config import LinkSpec
-from node.core.types import LinkType
+from node.core.types import KEY_LEN, LinkType
 from node.transports import tcp
 
 __all__ = [
@@ -44,30 +44,32 @@ GROUP_V4 = "224.0.0.114"
 GROUP_V6 = "ff02::114"
 PORT = 60606
 BEACON_INTERVAL_S = 2.0
-BEACON_LEN = 34
+_U16_PORT = struct.Struct(">H")  # the beacon's TCP port, u16 BE
+BEACON_LEN = KEY_LEN + _U16_PORT.size  # 34
 MULTICAST_LINK = LinkSpec("multicast", int(LinkType.MULTICAST), None)
 _IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
+_SIOCGIFADDR = 0x8915  # ioctl: an interface's address
 
 
 def beacon(key: bytes, port: int) -> bytes:
     """The 34-byte datagram: key then TCP port (u16 BE). Raises ValueError for a bad key or port."""
-    if len(key) != 32 or not 0 < port <= 0xFFFF:
-        raise ValueError(f"beacon needs a 32-byte key and a port 1..65535, got {len(key)} bytes and {port}")
-    return key + struct.pack(">H", port)
+    if len(key) != KEY_LEN or not 0 < port <= 0xFFFF:
+        raise ValueError(f"beacon needs a {KEY_LEN}-byte key and a port 1..65535, got {len(key)} bytes and {port}")
+    return key + _U16_PORT.pack(port)
 
 
 def parse_beacon(data: bytes) -> tuple[bytes, int] | None:
     """(key, port) from a datagram, or None when it is shorter than 34 bytes (extra bytes are ignored)."""
     if len(data) < BEACON_LEN:
         return None
-    return bytes(data[:32]), struct.unpack_from(">H", data, 32)[0]
+    return bytes(data[:KEY_LEN]), _U16_PORT.unpack_from(data, KEY_LEN)[0]
 
 
 def iface_ipv4(iface: str) -> str | None:
     """The interface's IPv4 address (SIOCGIFADDR), or None when it has none."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", iface.encode()[:15]))
+            raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface.encode()[:15]))
         except OSError:
             return None
     return socket.inet_ntoa(raw[20:24])
