@@ -34,6 +34,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from node.config import ConfigError, HostPort
+from node.core.state import MAX_PORTS
+from node.core.types import KEY_LEN
 from node.httpserve import serve_app
 from node.load import LOAD_HEADER_LEN
 from node.view import AdminView
@@ -42,10 +44,12 @@ __all__ = ["AdversaryRequest", "PeerRequest", "PingRequest", "ShapeRequest", "Tr
 
 log = logging.getLogger("snekbed.node.admin")
 
+_HEX_KEY_LEN = 2 * KEY_LEN  # a public key in hex
+
 
 def _hex_key(value: str) -> str:
-    if len(value) != 64 or any(c not in "0123456789abcdefABCDEF" for c in value):
-        raise ValueError("must be 64 hex digits (an ed25519 public key)")
+    if len(value) != _HEX_KEY_LEN or any(c not in "0123456789abcdefABCDEF" for c in value):
+        raise ValueError(f"must be {_HEX_KEY_LEN} hex digits (an ed25519 public key)")
     return value.lower()
 
 
@@ -115,10 +119,31 @@ async def _body(request: Request, model: type[BaseModel]) -> BaseModel | JSONRes
         return _error(422, f"{where}: {err['msg']}")
 
 
-def build_app(node: AdminView) -> Starlette:
-    """The admin ASGI app for ``node`` (it sees only the view: :class:`node.view.AdminView`)."""
+class _Handlers:
+    """The admin API's endpoints on one node's view: each takes a request and answers JSON."""
 
-    async def healthz(request: Request) -> JSONResponse:
+    def __init__(self, node: AdminView) -> None:
+        self.node = node
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/state", self.state, methods=["GET"]),
+            Route("/routes", self.routes_table, methods=["GET"]),
+            Route("/ping", self.ping, methods=["POST"]),
+            Route("/peers", self.list_peers, methods=["GET"]),
+            Route("/peers", self.add_peer, methods=["POST"]),
+            Route("/peers/redial", self.redial, methods=["POST"]),
+            Route("/peers/shape", self.shape, methods=["POST"]),
+            Route("/peers/{port}", self.drop_peer, methods=["DELETE"]),
+            Route("/adversary", self.adversary, methods=["POST"]),
+            Route("/traffic", self.traffic, methods=["POST"]),
+        ]
+
+    # ------------------------------------------------------------ reads
+
+    async def healthz(self, request: Request) -> JSONResponse:
+        node = self.node
         return JSONResponse(
             {
                 "ok": not node.stopping,
@@ -128,102 +153,93 @@ def build_app(node: AdminView) -> Starlette:
             }
         )
 
-    async def state(request: Request) -> JSONResponse:
-        return JSONResponse(node.state())
+    async def state(self, request: Request) -> JSONResponse:
+        return JSONResponse(self.node.state())
 
-    async def routes(request: Request) -> JSONResponse:
-        return JSONResponse(node.routes())
+    async def routes_table(self, request: Request) -> JSONResponse:
+        return JSONResponse(self.node.routes())
 
-    async def ping_route(request: Request) -> JSONResponse:
+    async def list_peers(self, request: Request) -> JSONResponse:
+        return JSONResponse(self.node.state()["peers"])
+
+    # ------------------------------------------------------------ actions
+
+    async def ping(self, request: Request) -> JSONResponse:
         body = await _body(request, PingRequest)
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, PingRequest)
-        result = await node.ping(bytes.fromhex(body.key), body.mode, body.count, body.timeout_s)
+        result = await self.node.ping(bytes.fromhex(body.key), body.mode, body.count, body.timeout_s)
         return JSONResponse(result)
 
-    async def add_peer(request: Request) -> JSONResponse:
+    async def add_peer(self, request: Request) -> JSONResponse:
         body = await _body(request, PeerRequest)
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, PeerRequest)
-        if node.stopping:
+        if self.node.stopping:
             return _error(409, "the node is stopping")
         try:
-            result = await node.add_peer(body.uri, body.timeout_s)
+            result = await self.node.add_peer(body.uri, body.timeout_s)
         except ConfigError as exc:
             return _error(400, str(exc))
         return JSONResponse(result, status_code=201 if result["status"] == "connected" else 202)
 
-    async def drop_peer(request: Request) -> JSONResponse:
+    async def drop_peer(self, request: Request) -> JSONResponse:
         raw = request.path_params["port"]
-        if not raw.isdigit() or not 1 <= int(raw) <= 253:
-            return _error(400, f"port {raw!r}: expected a peer port 1..253")
-        peer = node.drop_peer(int(raw))
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_PORTS:
+            return _error(400, f"port {raw!r}: expected a peer port 1..{MAX_PORTS}")
+        peer = self.node.drop_peer(int(raw))
         if peer is None:
             return _error(404, f"port {raw}: no peer on this port")
         return JSONResponse({"port": peer.port, "key": peer.key.hex(), "status": "closed"})
 
-    async def list_peers(request: Request) -> JSONResponse:
-        return JSONResponse(node.state()["peers"])
+    async def redial(self, request: Request) -> JSONResponse:
+        return JSONResponse({"woken": self.node.redial_now()})
 
-    async def traffic(request: Request) -> JSONResponse:
-        body = await _body(request, TrafficRequest)
-        if isinstance(body, JSONResponse):
-            return body
-        assert isinstance(body, TrafficRequest)
-        result: dict[str, Any] = await node.run_load(
-            bytes.fromhex(body.key), body.payload_bytes, body.count, body.inflight, body.timeout_s
-        )
-        return JSONResponse(result)
-
-    async def redial(request: Request) -> JSONResponse:
-        return JSONResponse({"woken": node.redial_now()})
-
-    async def adversary(request: Request) -> JSONResponse:
-        body = await _body(request, AdversaryRequest)
-        if isinstance(body, JSONResponse):
-            return body
-        assert isinstance(body, AdversaryRequest)
-        try:
-            result = node.set_adversary(body.drop, bytes.fromhex(body.peer) if body.peer else None)
-        except ValueError as exc:
-            return _error(422, f"drop: {exc}")
-        return JSONResponse(result)
-
-    async def shape(request: Request) -> JSONResponse:
+    async def shape(self, request: Request) -> JSONResponse:
         body = await _body(request, ShapeRequest)
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, ShapeRequest)
         try:
-            ports = node.set_link_shape(bytes.fromhex(body.peer), body.link_class, body.shaping)
+            ports = self.node.set_link_shape(bytes.fromhex(body.peer), body.link_class, body.shaping)
         except (ValueError, KeyError) as exc:
             return _error(422, str(exc))
         if not ports:
             return _error(404, f"peer {body.peer[:16]}...: not connected")
         return JSONResponse({"ports": ports})
 
-    async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        log.error("admin %s %s failed", request.method, request.url.path, exc_info=exc)
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+    async def adversary(self, request: Request) -> JSONResponse:
+        body = await _body(request, AdversaryRequest)
+        if isinstance(body, JSONResponse):
+            return body
+        assert isinstance(body, AdversaryRequest)
+        try:
+            result = self.node.set_adversary(body.drop, bytes.fromhex(body.peer) if body.peer else None)
+        except ValueError as exc:
+            return _error(422, f"drop: {exc}")
+        return JSONResponse(result)
 
-    return Starlette(
-        exception_handlers={Exception: crashed},
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/state", state, methods=["GET"]),
-            Route("/routes", routes, methods=["GET"]),
-            Route("/ping", ping_route, methods=["POST"]),
-            Route("/peers", list_peers, methods=["GET"]),
-            Route("/peers", add_peer, methods=["POST"]),
-            Route("/peers/redial", redial, methods=["POST"]),
-            Route("/peers/shape", shape, methods=["POST"]),
-            Route("/peers/{port}", drop_peer, methods=["DELETE"]),
-            Route("/adversary", adversary, methods=["POST"]),
-            Route("/traffic", traffic, methods=["POST"]),
-        ]
-    )
+    async def traffic(self, request: Request) -> JSONResponse:
+        body = await _body(request, TrafficRequest)
+        if isinstance(body, JSONResponse):
+            return body
+        assert isinstance(body, TrafficRequest)
+        result: dict[str, Any] = await self.node.run_load(
+            bytes.fromhex(body.key), body.payload_bytes, body.count, body.inflight, body.timeout_s
+        )
+        return JSONResponse(result)
+
+
+async def _crashed(request: Request, exc: Exception) -> JSONResponse:
+    log.error("admin %s %s failed", request.method, request.url.path, exc_info=exc)
+    return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def build_app(node: AdminView) -> Starlette:
+    """The admin ASGI app for ``node`` (it sees only the view: :class:`node.view.AdminView`)."""
+    return Starlette(exception_handlers={Exception: _crashed}, routes=_Handlers(node).routes())
 
 
 async def serve(
