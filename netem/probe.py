@@ -115,6 +115,9 @@ class _Runner:
         return True, ""
 
 
+_CAPABILITY_NAMES = ("netem", "tbf", "htb", "ifb", "iptables_statistic", "ethtool")
+
+
 def probe(run: RunFn = run_command, *, euid: int | None = None) -> Capabilities:
     """Test this host's shaping capabilities for real and pick a backend.
 
@@ -131,61 +134,93 @@ def probe(run: RunFn = run_command, *, euid: int | None = None) -> Capabilities:
     ok, why = host(["ip", "-V"])
     if not ok:
         return Capabilities(notes=(f"iproute2 `ip` is not usable ({why}): install iproute2; links are shaped in userspace",))
-
-    notes: list[str] = []
-    tag = secrets.token_hex(3)
-    ns = f"snekbed-probe-{os.getpid()}-{tag}"
-    dev, peer, ifb, chain = f"snkp{tag}a", f"snkp{tag}b", f"snkp{tag}i", f"SNEKBED-PROBE-{tag}"
-    in_ns, why = host(["ip", "netns", "add", ns])
-    if not in_ns:
-        notes.append(f"no throwaway network namespace ({why}); probed with devices {dev}/{peer}/{ifb} "
-                     "in the current namespace")  # fmt: skip
-    x = _Runner(run, ["ip", "netns", "exec", ns] if in_ns else [])
-    found: dict[str, bool] = {}
-    made_chain = False
+    trial = _Trial(run, host)
     try:
-        ok, why = x.all_ok([["ip", "link", "add", dev, "type", "veth", "peer", "name", peer],
-                            ["ip", "link", "set", "dev", dev, "up"]])  # fmt: skip
+        if not trial.make_interface():
+            return Capabilities(notes=tuple(trial.notes))
+        trial.run_checks()
+    finally:
+        trial.cleanup()
+    return _verdict(trial.found, trial.notes)
+
+
+class _Trial:
+    """One probe's throwaway namespace (or devices), what it found and its notes.
+
+    Made in a namespace ``snekbed-probe-<pid>-<tag>`` when one can be added, else with devices
+    ``snkp<tag>a/b/i`` in the current namespace; :meth:`cleanup` removes whichever it made.
+    """
+
+    def __init__(self, run: RunFn, host: _Runner) -> None:
+        self.host = host
+        self.notes: list[str] = []
+        self.found: dict[str, bool] = {}
+        tag = secrets.token_hex(3)
+        self.ns = f"snekbed-probe-{os.getpid()}-{tag}"
+        self.dev, self.peer, self.ifb, self.chain = f"snkp{tag}a", f"snkp{tag}b", f"snkp{tag}i", f"SNEKBED-PROBE-{tag}"
+        self.in_ns, why = host(["ip", "netns", "add", self.ns])
+        if not self.in_ns:
+            self.notes.append(f"no throwaway network namespace ({why}); probed with devices "
+                              f"{self.dev}/{self.peer}/{self.ifb} in the current namespace")  # fmt: skip
+        self.x = _Runner(run, ["ip", "netns", "exec", self.ns] if self.in_ns else [])
+        self.made_chain = False
+
+    def make_interface(self) -> bool:
+        """The veth pair every check runs on; False (with a note) when it cannot be made."""
+        dev = self.dev
+        ok, why = self.x.all_ok([["ip", "link", "add", dev, "type", "veth", "peer", "name", self.peer],
+                                 ["ip", "link", "set", "dev", dev, "up"]])  # fmt: skip
         if not ok:
-            notes.append(f"could not create a test interface: {why}")
-            return Capabilities(notes=tuple(notes))
+            self.notes.append(f"could not create a test interface: {why}")
+        return ok
 
-        def check(name: str, commands: list[list[str]], undo: list[list[str]]) -> None:
-            found[name], why = x.all_ok(commands)
-            if not found[name]:
-                notes.append(f"{name}: {why}")
-            for argv in undo:
-                x(argv)
+    def check(self, name: str, commands: list[list[str]], undo: list[list[str]]) -> None:
+        """Run ``commands`` (found[name]: whether all worked), then ``undo`` whatever happened."""
+        self.found[name], why = self.x.all_ok(commands)
+        if not self.found[name]:
+            self.notes.append(f"{name}: {why}")
+        for argv in undo:
+            self.x(argv)
 
+    def run_checks(self) -> None:
+        """The planners' own commands, one capability after another."""
+        dev, ifb, chain = self.dev, self.ifb, self.chain
         clear_root = [["tc", "qdisc", "del", "dev", dev, "root"]]
         rated = LinkShape(rate_mbit=1, queue_limit_pkts=20)
-        check("netem", [netem_argv(dev, LinkShape(delay_ms=1))], clear_root)
-        check("tbf", rate_argvs(dev, rated, qdisc="tbf"), clear_root)
-        check("htb", rate_argvs(dev, rated, qdisc="htb"), clear_root)
+        self.check("netem", [netem_argv(dev, LinkShape(delay_ms=1))], clear_root)
+        self.check("tbf", rate_argvs(dev, rated, qdisc="tbf"), clear_root)
+        self.check("htb", rate_argvs(dev, rated, qdisc="htb"), clear_root)
         redirect = plan_ingress_ifb(dev, ifb, rated)[:4]  # create ifb, up, ingress qdisc, u32 mirred redirect
-        check("ifb", redirect, [["tc", "qdisc", "del", "dev", dev, "ingress"], ["ip", "link", "del", "dev", ifb]])
-        made_chain, why = x(["iptables", "-w", "-N", chain])
+        self.check("ifb", redirect, [["tc", "qdisc", "del", "dev", dev, "ingress"], ["ip", "link", "del", "dev", ifb]])
+        self.made_chain, why = self.x(["iptables", "-w", "-N", chain])
         rule = loss_rule_argv(dev, _PROBE_PEER_IP, 50.0)
         rule[rule.index("INPUT")] = chain  # an unreferenced chain: the rule can never see a packet
-        if made_chain:
-            check("iptables_statistic", [rule], [])
+        if self.made_chain:
+            self.check("iptables_statistic", [rule], [])
         else:
-            found["iptables_statistic"] = False
-            notes.append(f"iptables_statistic: `iptables -w -N {chain}` failed ({why})")
-        check("ethtool", [offloads_off_argv(dev)], [])
-    finally:
-        if made_chain:
-            x(["iptables", "-w", "-F", chain])
-            x(["iptables", "-w", "-X", chain])
-        if in_ns:
-            ok, why = host(["ip", "netns", "del", ns])
-            if not ok:
-                notes.append(f"cleanup: could not delete namespace {ns} ({why}); remove it with `ip netns del {ns}`")
-        else:
-            x(["ip", "link", "del", "dev", ifb])
-            x(["ip", "link", "del", "dev", dev])  # takes its veth peer with it
+            self.found["iptables_statistic"] = False
+            self.notes.append(f"iptables_statistic: `iptables -w -N {chain}` failed ({why})")
+        self.check("ethtool", [offloads_off_argv(dev)], [])
 
-    caps = {k: found.get(k, False) for k in ("netem", "tbf", "htb", "ifb", "iptables_statistic", "ethtool")}
+    def cleanup(self) -> None:
+        """Remove the chain, then the namespace (or the devices), noting a namespace that would not go."""
+        x = self.x
+        if self.made_chain:
+            x(["iptables", "-w", "-F", self.chain])
+            x(["iptables", "-w", "-X", self.chain])
+        if self.in_ns:
+            ok, why = self.host(["ip", "netns", "del", self.ns])
+            if not ok:
+                self.notes.append(f"cleanup: could not delete namespace {self.ns} ({why}); "
+                                  f"remove it with `ip netns del {self.ns}`")  # fmt: skip
+        else:
+            x(["ip", "link", "del", "dev", self.ifb])
+            x(["ip", "link", "del", "dev", self.dev])  # takes its veth peer with it
+
+
+def _verdict(found: dict[str, bool], notes: list[str]) -> Capabilities:
+    """The capabilities found (a missing one is False), the backend they allow, and the notes saying so."""
+    caps = {k: found.get(k, False) for k in _CAPABILITY_NAMES}
     backend = choose_backend(netem=caps["netem"], tbf=caps["tbf"], htb=caps["htb"],
                              iptables_statistic=caps["iptables_statistic"])  # fmt: skip
     if backend == "kernel-partial":
