@@ -28,8 +28,9 @@ from orchestrator.model.record import outcome_of
 from orchestrator.model.runs import RunDir, RunError, versions
 from orchestrator.model.topology import Topology
 
-from orchestrator.backends.docker import DockerBackend, DownReport, HostLaunch, NodeLaunch, UpResult, sigint_ignored
+from orchestrator.backends.docker import DockerBackend, DownReport, UpResult, sigint_ignored
 from orchestrator.backends.docker_net import AddressPlan, DockerBackendError
+from orchestrator.backends.docker_plan import HostLaunch, NodeLaunch
 from orchestrator.backends.swarm import SwarmBackend
 from orchestrator.backends.docker_observe import (
     POLL_S,

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.links import resolve_class
-from netem.plan import ShapingBackend
+from netem.plan import RateQdisc, ShapingBackend
 from netem.probe import probe
-from orchestrator.backends.docker import link_endpoints
+from orchestrator.backends.docker_links import link_endpoints
 from orchestrator.model.runs import check_run_id, runs_root
 from orchestrator.backends.shaping import (
     BACKENDS,
@@ -51,11 +51,10 @@ def record_path(run_id: str, runs_dir: str | Path | None = None) -> Path:
     return runs_root(runs_dir) / check_run_id(run_id) / RECORD_FILE
 
 
-
 def run_endpoints(run_id: str, *, client: Any = None, runs_dir: str | Path | None = None) -> list[Endpoint]:
     """The running link ends of a Docker run, with each link's effective shape.
 
-    Uses ``orchestrator.backends.docker.link_endpoints``; the shape comes from the run's
+    Uses ``orchestrator.backends.docker_links.link_endpoints``; the shape comes from the run's
     ``topology.json`` (overrides included) when there is one, else from the class table.
     Raises ShapingError when the run has no running link ends.
     """

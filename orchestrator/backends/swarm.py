@@ -38,23 +38,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netem.plan import ShapingBackend
-from orchestrator.backends.image import NODE_ADMIN_PORT, NODE_METRICS_PORT
-from orchestrator.model.topology import Topology
-
-from orchestrator.backends.docker import (
+from orchestrator.backends.docker import DockerBackend, DownReport, Progress, UpResult, _noop
+from orchestrator.backends.docker_plan import (
     LABEL_KEY,
+    NODE_ADMIN_PORT,
     NODE_EVENTS_DIR,
-    DockerBackend,
-    DownReport,
+    NODE_METRICS_PORT,
     HostLaunch,
     NodeLaunch,
-    Progress,
-    UpResult,
-    _link_shape,
-    _noop,
     link_alias,
+    link_shape,
     plan_launches,
 )
+from orchestrator.model.topology import Topology
 from orchestrator.backends.docker_net import (
     LABEL_NODE,
     LABEL_ROLE,
@@ -162,7 +158,7 @@ class SwarmBackend(DockerBackend):
             services[name] = self._create_service(run_id, launches[name], plan, net_ids, image, events_dir, topology)
             progress("services", len(services), len(launches))
         starts = self._wait_running(run_id, services, progress)
-        shapes = {ln.index: _link_shape(topology, ln.index, ln.link_class) for ln in plan.links}
+        shapes = {ln.index: link_shape(topology, ln.index) for ln in plan.links}
         link_backends = {i: "none" if shape.is_noop else "userspace" for i, shape in sorted(shapes.items())}
         first, last = min(starts.values(), default=t_nets), max(starts.values(), default=t_nets)
         return UpResult(plan, launches, services, "userspace", link_backends, first, last, t_nets - t0, last - t_nets)

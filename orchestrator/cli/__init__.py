@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "bluetooth": "node.bluetooth_cli:bluetooth",
     "netem": "netem.cli:netem",
     "links": "orchestrator.cli.links:links",
-    "image": "orchestrator.backends.image:image",
+    "image": "orchestrator.cli.image:image",
     "up": "orchestrator.cli.run:up",
     "status": "orchestrator.cli.run:status",
     "ping": "orchestrator.cli.run:ping",

@@ -32,9 +32,16 @@ import yaml
 
 from node.core.crypto import Identity
 
-from orchestrator.backends.docker import NODE_EVENTS_DIR, REDIAL_MAX_S, peer_params
 from orchestrator.backends.docker_net import LABEL_LINK, LABEL_NODE, LABEL_ROLE, LABEL_RUN, DockerBackendError, plan_addresses
-from orchestrator.backends.image import NODE_ADMIN_PORT, NODE_METRICS_PORT, NODE_PEER_PORT
+from orchestrator.backends.docker_plan import (
+    LABEL_KEY,
+    NODE_ADMIN_PORT,
+    NODE_EVENTS_DIR,
+    NODE_METRICS_PORT,
+    NODE_PEER_PORT,
+    REDIAL_MAX_S,
+    peer_params,
+)
 from orchestrator.tools.monitoring import PROMETHEUS_PORT, prometheus_config
 from orchestrator.model.topology import Topology
 
@@ -111,7 +118,7 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
             "init": True,
             "hostname": spec.name,
             "command": command,
-            "labels": {LABEL_RUN: run_id, LABEL_NODE: spec.name, "snekbed.key": key, LABEL_ROLE: "node"},
+            "labels": {LABEL_RUN: run_id, LABEL_NODE: spec.name, LABEL_KEY: key, LABEL_ROLE: "node"},
             "networks": networks,
             "ports": [f"127.0.0.1::{NODE_ADMIN_PORT}"],
             "volumes": [f"events:{NODE_EVENTS_DIR}"],

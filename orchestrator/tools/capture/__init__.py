@@ -31,7 +31,7 @@ from node.core.errors import MalformedFrame
 from node.core.payloads import decode_announcement, decode_legacy_path_payload, decode_signed_root_payload
 from node.core.types import Frame
 
-from orchestrator.backends.docker import link_endpoints
+from orchestrator.backends.docker_links import link_endpoints
 
 __all__ = ["CaptureCheck", "CaptureError", "DISSECTOR", "TSHARK_ARGS", "capture_node", "check_capture",
            "dissector_path", "install_dissector"]

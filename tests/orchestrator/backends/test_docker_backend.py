@@ -25,7 +25,7 @@ from tests.orchestrator.docker_helpers import left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LINE5 = REPO / "compose" / "topologies" / "line-5.yaml"
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 LABEL = "snekbed.run"
@@ -81,7 +81,7 @@ def test_line5_converges_pings_end_to_end_and_down_removes_everything(
     assert status["run_id"] == run_id and status["snake"] and status["running"] == 5
     assert {row["root_name"] for row in status["nodes"]} == {max(status["nodes"], key=lambda r: r["key"])["name"]}
 
-    from orchestrator.backends.docker import link_endpoints
+    from orchestrator.backends.docker_links import link_endpoints
 
     ends = link_endpoints(run_id, client)  # type: ignore[arg-type]
     assert len(ends) == 8 and {e.link_index for e in ends} == {0, 1, 2, 3}
@@ -105,7 +105,8 @@ def _qdisc(pid: int, dev: str) -> str:
 
 def reconnect_and_reshape(client: object, run_id: str, end: object) -> None:
     """Disconnect + reconnect one link end: its qdisc is gone; reapply_shaping puts it back on the new dev."""
-    from orchestrator.backends.docker import DockerBackend, find_dev
+    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.backends.docker_links import find_dev
     from orchestrator.model.topology_loaders import load_topology
 
     api = client.api  # type: ignore[attr-defined]

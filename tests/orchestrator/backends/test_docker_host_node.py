@@ -26,7 +26,7 @@ from tests.orchestrator.docker_helpers import labelled, left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LINE_HOST = REPO / "compose" / "topologies" / "line-host.yaml"
 SNEKBED = [sys.executable, "-m", "orchestrator.cli"]
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from contract.links import LinkShape
 from node.core.crypto import Identity, derive_seed
 from orchestrator.cli import run as run_cli
-from orchestrator.backends.docker import NODE_EVENTS_DIR, peer_params, plan_launches
+from orchestrator.backends.docker_plan import NODE_EVENTS_DIR, peer_params, plan_launches
 from orchestrator.backends.docker_net import (
     AddressPoolExhausted,
     DockerBackendError,
@@ -30,7 +30,7 @@ from orchestrator.model.topology import Topology
 from orchestrator.model.topology_loaders import load_topology
 from contract.dataset import ACTION_FIELDS, PING_FIELDS, validate_record
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MESH = REPO / "compose" / "topologies" / "mesh-12.yaml"
 
 # ---------------------------------------------------------------- address plans

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from node.core.crypto import Identity, derive_seed
-from orchestrator.backends.docker import plan_host_launches, plan_launches
+from orchestrator.backends.docker_plan import plan_host_launches, plan_launches
 from orchestrator.backends.docker_net import plan_addresses
 from orchestrator.backends.docker_session import host_node_text
 from orchestrator.tools.compose import ComposeError, compose_document
 from orchestrator.model.topology import TopologyError
 from orchestrator.model.topology_loaders import load_topology
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LINE_HOST = REPO / "compose" / "topologies" / "line-host.yaml"
 
 

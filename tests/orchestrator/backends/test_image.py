@@ -1,4 +1,5 @@
-"""Tests for orchestrator.backends.image: input hashing (no Docker) and real image builds (Docker).
+"""Tests for orchestrator.backends.image and the modules it builds on (image_inputs, image_base, image_common):
+input hashing (no Docker) and real image builds (Docker).
 
 The Docker tests build from a frozen copy of the project sources, since other people
 edit the checkout while the tests run; the offline base is cached across runs by tag.
@@ -18,7 +19,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from orchestrator.backends import docker_plan
 from orchestrator.backends import image as img
+from orchestrator.backends import image_base as base
+from orchestrator.backends import image_common as common
+from orchestrator.backends import image_inputs as inputs
+from orchestrator.cli import main
 from tests.conftest import docker_available, need
 
 # ---------------------------------------------------------------- unit tests (no Docker)
@@ -30,9 +36,9 @@ HASH_ARGS = dict(dockerfile=b"FROM x\n", base="snekbed-base:bookworm-0123", base
 
 def test_inputs_hash_is_deterministic_and_ignores_wheel_order() -> None:
     reordered = dict(HASH_ARGS, dependency_wheels=dict(reversed(list(HASH_ARGS["dependency_wheels"].items()))))
-    digest = img.compute_inputs_hash(**HASH_ARGS)
+    digest = inputs.compute_inputs_hash(**HASH_ARGS)
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
-    assert img.compute_inputs_hash(**reordered) == digest
+    assert inputs.compute_inputs_hash(**reordered) == digest
 
 
 @pytest.mark.parametrize("field, value", [
@@ -44,7 +50,7 @@ def test_inputs_hash_is_deterministic_and_ignores_wheel_order() -> None:
     ("project_source_hash", "34"),
 ])
 def test_inputs_hash_changes_with_every_input(field: str, value: object) -> None:
-    assert img.compute_inputs_hash(**dict(HASH_ARGS, **{field: value})) != img.compute_inputs_hash(**HASH_ARGS)
+    assert inputs.compute_inputs_hash(**dict(HASH_ARGS, **{field: value})) != inputs.compute_inputs_hash(**HASH_ARGS)
 
 
 def _fake_project(root: Path) -> Path:
@@ -60,8 +66,8 @@ def _fake_project(root: Path) -> Path:
 
 def test_source_hash_follows_content_and_skips_caches(tmp_path: Path) -> None:
     root = _fake_project(tmp_path)
-    before = img.hash_project_sources(root)
-    assert [str(p) for p in img.project_source_files(root)] == [
+    before = inputs.hash_project_sources(root)
+    assert [str(p) for p in inputs.project_source_files(root)] == [
         "contract/classes.yaml", "node/__init__.py", "node/core/wire.py", "pyproject.toml"]
 
     (root / "node" / "__pycache__").mkdir()
@@ -71,59 +77,59 @@ def test_source_hash_follows_content_and_skips_caches(tmp_path: Path) -> None:
     (root / "node" / "core" / "_compiled.sha256").write_text("0" * 64)
     (root / "tests").mkdir()
     (root / "tests" / "test_x.py").write_text("assert True\n")   # not a package of the wheel
-    assert img.hash_project_sources(root) == before
+    assert inputs.hash_project_sources(root) == before
 
     (root / "node" / "core" / "wire.py").write_text("X = 2\n")
-    changed = img.hash_project_sources(root)
+    changed = inputs.hash_project_sources(root)
     assert changed != before
     (root / "node" / "core" / "wire.py").rename(root / "node" / "core" / "wire2.py")
-    assert img.hash_project_sources(root) not in (before, changed)
+    assert inputs.hash_project_sources(root) not in (before, changed)
 
 
 def test_source_files_need_a_pyproject(tmp_path: Path) -> None:
-    with pytest.raises(img.ImageError, match=f"no pyproject.toml in {re.escape(str(tmp_path))}"):
-        img.project_source_files(tmp_path)
+    with pytest.raises(common.ImageError, match=f"no pyproject.toml in {re.escape(str(tmp_path))}"):
+        inputs.project_source_files(tmp_path)
 
 
 def test_runtime_dependencies_are_the_base_list_only() -> None:
-    deps = img.runtime_dependencies()
+    deps = inputs.runtime_dependencies()
     names = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower() for d in deps}
     assert {"trio", "pynacl", "prometheus-client", "click"} <= names
     assert not names & {"docker", "pyspark", "pytest", "hypothesis", "pandas", "matplotlib"}
 
 
 def test_runtime_dependencies_reject_bad_files(tmp_path: Path) -> None:
-    with pytest.raises(img.ImageError, match="cannot read"):
-        img.runtime_dependencies(tmp_path / "missing.toml")
+    with pytest.raises(common.ImageError, match="cannot read"):
+        inputs.runtime_dependencies(tmp_path / "missing.toml")
     bad = tmp_path / "pyproject.toml"
     bad.write_text('[project]\ndependencies = "trio"\n')
-    with pytest.raises(img.ImageError, match=r"\[project\].dependencies must be a list"):
-        img.runtime_dependencies(bad)
+    with pytest.raises(common.ImageError, match=r"\[project\].dependencies must be a list"):
+        inputs.runtime_dependencies(bad)
 
 
 def test_base_hash_covers_packages_and_suite() -> None:
-    digest = img.base_inputs_hash(img.BASE_PACKAGES, "bookworm")
-    assert img.base_inputs_hash(reversed(img.BASE_PACKAGES), "bookworm") == digest
-    assert img.base_inputs_hash((*img.BASE_PACKAGES, "curl"), "bookworm") != digest
-    assert img.base_inputs_hash(img.BASE_PACKAGES, "trixie") != digest
+    digest = base.base_inputs_hash(base.BASE_PACKAGES, "bookworm")
+    assert base.base_inputs_hash(reversed(base.BASE_PACKAGES), "bookworm") == digest
+    assert base.base_inputs_hash((*base.BASE_PACKAGES, "curl"), "bookworm") != digest
+    assert base.base_inputs_hash(base.BASE_PACKAGES, "trixie") != digest
 
 
 def test_node_container_options_add_net_admin_only_for_kernel_shaping() -> None:
-    assert img.node_container_options(kernel_shaping=False) == {"init": True}
-    assert img.node_container_options(kernel_shaping=True) == {"init": True, "cap_add": ["NET_ADMIN"]}
+    assert docker_plan.node_container_options(kernel_shaping=False) == {"init": True}
+    assert docker_plan.node_container_options(kernel_shaping=True) == {"init": True, "cap_add": ["NET_ADMIN"]}
 
 
 def test_dockerfile_defaults_and_port_labels_match_the_constants() -> None:
     text = img.DOCKERFILE.read_text()
-    assert f"ARG BASE_IMAGE={img.BASE_IMAGE}\n" in text
-    for name, port in (("admin", img.NODE_ADMIN_PORT), ("metrics", img.NODE_METRICS_PORT),
-                       ("peer", img.NODE_PEER_PORT)):
+    assert f"ARG BASE_IMAGE={base.BASE_IMAGE}\n" in text
+    for name, port in (("admin", docker_plan.NODE_ADMIN_PORT), ("metrics", docker_plan.NODE_METRICS_PORT),
+                       ("peer", docker_plan.NODE_PEER_PORT)):
         assert f'snekbed.port.{name}="{port}"' in text
     assert 'ENTRYPOINT ["snekbed"]' in text and "pip install --no-index" in text
 
 
 def test_cli_build_help_lists_the_options() -> None:
-    result = CliRunner().invoke(img.image, ["build", "--help"])
+    result = CliRunner().invoke(main, ["image", "build", "--help"])
     assert result.exit_code == 0, result.output
     for option in ("--force", "--base", "--json", "--refresh-wheels"):
         assert option in result.output
@@ -147,9 +153,9 @@ def docker_client() -> Iterator[object]:
 def source_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A frozen copy of the project sources, so concurrent edits cannot change the hash mid-test."""
     root = tmp_path_factory.mktemp("snekbed-src")
-    for rel in img.project_source_files(img.PROJECT_ROOT):
+    for rel in inputs.project_source_files(inputs.PROJECT_ROOT):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(img.PROJECT_ROOT / rel, root / rel)
+        shutil.copy2(inputs.PROJECT_ROOT / rel, root / rel)
     return root
 
 
@@ -160,7 +166,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Dependency wheels already downloaded into the default cache are copied in, to spare the network.
     """
     cache = tmp_path_factory.mktemp("snekbed-cache")
-    for deps in (img.default_cache_dir() / "wheels").glob("deps-*"):
+    for deps in (common.default_cache_dir() / "wheels").glob("deps-*"):
         if (deps / ".complete").exists():
             shutil.copytree(deps, cache / "wheels" / deps.name)
     return cache
@@ -208,7 +214,7 @@ def test_image_runs_the_node_runtime(docker_client: object, node_image: img.Imag
     assert (code, out.strip()) == (0, "ok (3, 11) /opt/snekbed")
 
     code, out = _run(docker_client, node_image.tag, ["snekbed", "--version"])
-    version = tomllib.loads((img.PROJECT_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((inputs.PROJECT_ROOT / "pyproject.toml").read_text())["project"]["version"]
     # the image's wheel is built with setup.py on the host, so the node runs the mypyc-compiled core
     # (docs/compiled-core.md); it imports under the image's own Python and reports itself
     assert (code, out.strip()) == (0, f"snekbed, version {version}\ncore: compiled (mypyc)")
@@ -266,7 +272,7 @@ def test_changed_input_triggers_a_rebuild(docker_client: object, node_image: img
 def test_cli_show_lists_the_node_image(docker_client: object, node_image: img.ImageInfo) -> None:
     import json
 
-    result = CliRunner().invoke(img.image, ["show", "--json"])
+    result = CliRunner().invoke(main, ["image", "show", "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     mine = [r for r in rows if r["id"] == node_image.id]
@@ -304,7 +310,7 @@ def test_prune_keeps_the_newest_node_images(docker_client: object) -> None:
 def test_registry_check_is_quick_and_restores_the_timeout(docker_client: object) -> None:
     saved = docker_client.api.timeout
     start = time.monotonic()
-    reachable = img.registry_reachable(docker_client, timeout_s=2.0)
+    reachable = base.registry_reachable(docker_client, timeout_s=2.0)
     assert isinstance(reachable, bool)
     assert time.monotonic() - start < 12  # the 2 s timeout held (an unbounded wait takes a minute or more)
     assert docker_client.api.timeout == saved
@@ -313,14 +319,14 @@ def test_registry_check_is_quick_and_restores_the_timeout(docker_client: object)
 @pytest.mark.docker
 def test_missing_explicit_base_is_a_clear_error(docker_client: object) -> None:
     name = f"snekbed-no-such-base-{uuid.uuid4().hex[:8]}:nope"
-    with pytest.raises(img.BaseImageError, match=f"base image {re.escape(name)} is not present locally"):
-        img.resolve_base(docker_client, name)
+    with pytest.raises(common.BaseImageError, match=f"base image {re.escape(name)} is not present locally"):
+        base.resolve_base(docker_client, name)
 
 
 def test_an_interrupted_build_step_leaves_no_child_running() -> None:
     """Ctrl-C (here: KeyboardInterrupt raised from the progress callback, as it reaches the streaming loop)
     while a step runs: its whole process group (the step and the children it started) is terminated."""
-    from orchestrator.backends.image import CommandError, _run_streaming, group_running
+    from orchestrator.backends.image_common import CommandError, group_running, run_streaming
 
     script = 'sleep 300 & echo "group $$"; sleep 300; wait'  # a child in the background, like debootstrap's
     group: list[int] = []
@@ -330,6 +336,6 @@ def test_an_interrupted_build_step_leaves_no_child_running() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _run_streaming(["sh", "-c", script], progress, CommandError)
+        run_streaming(["sh", "-c", script], progress, CommandError)
     (pgid,) = group
     assert group_running(pgid) == []  # none left running (a zombie waits for a reaper: it runs nothing)

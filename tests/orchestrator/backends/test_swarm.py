@@ -25,7 +25,7 @@ from orchestrator.backends.docker_net import host_routes
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 #: Candidate default address pools for a swarm this test makes (its ingress network takes a /24 of it).
 POOLS = ("10.215.0.0/16", "10.217.0.0/16", "10.219.0.0/16", "172.29.0.0/16")

@@ -28,7 +28,7 @@ from orchestrator.model.topology_loaders import load_topology
 from tests.conftest import docker_available, need
 from tests.orchestrator.docker_helpers import build_test_image
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FILES = ("line-5", "ring-8", "mesh-12")
 
 

@@ -15,7 +15,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from orchestrator.tools.dashboards import DASHBOARDS, DEFAULT_DIR, build_all, metric_names, render, stale, substitute, targets
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_committed_json_is_what_the_builder_generates_byte_for_byte(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from tests.orchestrator.docker_helpers import left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.prometheus, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 STEP_S = 2  # query resolution: the run's scrape interval
 

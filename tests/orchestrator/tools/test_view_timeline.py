@@ -20,7 +20,7 @@ from orchestrator.tools.view.app import build_app, page_html
 from orchestrator.tools.view.layout import MARGIN, SIZE, layout
 from orchestrator.tools.view.timeline import Timeline, TimelineError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.ci import need, need_module
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ARTEFACTS = REPO / "tests" / "artefacts"  # screenshots kept by the tests (gitignored)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
