@@ -33,7 +33,7 @@ COMMANDS: dict[str, str] = {
     "demo": "orchestrator.experiments.demo:demo",
     "capture": "orchestrator.cli.capture:capture",
     "wireshark": "orchestrator.cli.capture:wireshark",
-    "dashboards": "orchestrator.tools.dashboards:dashboards",
+    "dashboards": "orchestrator.cli.dashboards:dashboards",
     "view": "orchestrator.cli.view:view",
     "generate": "orchestrator.cli.generate:generate",
 }

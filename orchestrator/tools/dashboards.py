@@ -1,4 +1,5 @@
-"""Grafana dashboards as code: ``snekbed dashboards build`` writes ``dashboards/*.json``.
+"""Grafana dashboards as code: ``snekbed dashboards build`` (orchestrator/cli/dashboards.py) writes
+``dashboards/*.json``.
 
 Built with Grafana's typed SDK (``grafana-foundation-sdk``), never edited by hand: change a panel
 here, run ``snekbed dashboards build``, commit both. ``snekbed dashboards build --check`` (and a
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import prometheus as pb
@@ -336,29 +336,3 @@ def metric_names(expr: str) -> set[str]:
     no_groups = re.sub(r"\b(by|on|without)\s*\([^)]*\)", "", no_labels)
     names = set(re.findall(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?=\{|\[|\)|$|\s)", no_groups))
     return {n for n in names if n not in _FUNCS and not n.isdigit() and "_" in n}
-
-
-# ---------------------------------------------------------------- CLI
-
-
-@click.group()
-def dashboards() -> None:
-    """Grafana dashboards as code (orchestrator/tools/dashboards.py -> dashboards/*.json)."""
-
-
-@dashboards.command("build")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_DIR, show_default=True)
-@click.option("--check", is_flag=True, help="write nothing; exit 1 when the JSON in --out is not what would be written")
-def build_cmd(out: Path, check: bool) -> None:
-    """Generate the dashboards' JSON (or, with --check, verify the committed JSON is current)."""
-    if check:
-        why = stale(out)
-        for line in why:
-            click.echo(f"stale: {line}", err=True)
-        if why:
-            click.echo("run `snekbed dashboards build` and commit dashboards/", err=True)
-            raise SystemExit(1)
-        click.echo(f"{len(DASHBOARDS)} dashboards in {out} are current")
-        return
-    for path in build_all(out):
-        click.echo(str(path))
