@@ -17,7 +17,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import trio
 
@@ -266,6 +266,123 @@ class InprocNetwork:
 
     def links_between(self, a: str, b: str) -> list[int]:
         return [lid for lid, (ea, _) in self.links.items() if {ea.node, ea.peer} == {a, b}]
+
+    def edges(self) -> Iterator[tuple[str, str]]:
+        """The two ends' node names of every link that is up, in the order the links were made."""
+        for ea, _ in self.links.values():
+            yield ea.node, ea.peer
+
+    def parent_of(self, name: str) -> str | None:
+        """The name of the node ``name``'s router names as parent (None for a root, or a parent port now gone)."""
+        node = self.nodes[name]
+        port = node.router.parent
+        end = node.ends.get(port) if port is not None else None
+        return end.peer if end is not None else None
+
+    # ------------------------------------------------------------------ faults (what the chaos backend drives)
+
+    def flush(self, node: SimNode) -> None:
+        """Move ``node``'s router outputs onto links, observers and its timer now: after a call into its router
+        from outside the event loop (a ping started, a node added)."""
+        self._flush(node)
+
+    def add_node(self, name: str, ident: Identity, spec: VariantSpec | None = None) -> SimNode:
+        """``name`` starts afresh now with ``ident`` running ``spec`` (replacing a dead node of that name), with no
+        link yet. Its first outputs wait until :meth:`flush`, so the caller can note its start before them."""
+        node = self.make_node(name, ident, self.now, spec)
+        self.nodes[name] = node
+        self.topology_version += 1
+        return node
+
+    def revive(self, name: str) -> None:
+        """The dead node ``name`` comes back with the router it had, everything it knew included (not a fresh
+        start: the chaos tests plant this as a defect)."""
+        self.nodes[name].alive = True
+        self.topology_version += 1
+
+    def start_ping(self, a: str, b: str, mode: str, timeout_s: float) -> bool:
+        """``a`` pings ``b`` now in ``mode`` (``tree`` aims at ``b``'s coordinates as they are now); False when
+        ``a`` already waits on ``b`` (one outstanding ping per target, §8). The result lands in ``a``'s
+        ``ping_results``."""
+        src, dst = self.nodes[a], self.nodes[b]
+        coords = dst.router.coords if mode == "tree" else None
+        if not src.router.ping.start(dst.key, self.now, mode=mode, coords=coords, timeout_s=timeout_s):
+            return False
+        self._flush(src)
+        return True
+
+    def reshape(self, link_id: int, link_class: str, shaper: Callable[[random.Random], Shaper] | None = None,
+                sized: bool = False) -> None:  # fmt: skip
+        """Replace both ends' shapers of a live link (``shaper`` as for :meth:`connect`; None: the default
+        random delay) and its class, mid-run. Frames already on the link keep their arrival times."""
+        rng = random.Random(self.rng.getrandbits(64))
+        for end in self.links[link_id]:
+            end_rng = random.Random(rng.getrandbits(64))
+            end.shaper = shaper(end_rng) if shaper is not None else self._default_shaper(end_rng)
+            end.sized = sized
+            end.link_class = link_class
+
+    def hold(self, name: str) -> None:
+        """Freeze ``name`` (a paused process): its timer is disarmed, and every frame on its way to it waits
+        (at time +inf, in order) until :meth:`release`; frames sent to it later queue behind them, as a TCP
+        stream buffers them. Its peers notice nothing until they time it out (:meth:`drop_peerings`)."""
+        self.nodes[name].timer_at = math.inf  # the pending timer entry goes stale; release re-arms it
+        heap = self._heap
+        changed = False
+        for k, (t, tie, kind, item) in enumerate(heap):
+            if kind == _FRAME and item[0].peer == name and t != math.inf:
+                heap[k] = (math.inf, tie, kind, item)
+                changed = True
+        if changed:
+            heapq.heapify(heap)
+        for node in self.nodes.values():
+            for end in node.ends.values():
+                if end.peer == name:
+                    end.last_arrival = math.inf  # later frames queue behind the held ones
+
+    def drop_peerings(self, name: str, reason: str = "read_timeout") -> list[tuple[int, int]]:
+        """Every peer of the held node ``name`` drops it (their read deadline fired): its links go, the peers'
+        routers are told ``reason``; ``name``'s own router is told nothing (it is frozen). Returns ``(port of
+        name, link id)`` of each link dropped, for :meth:`release` to tell ``name`` later."""
+        dropped: list[tuple[int, int]] = []
+        for end in list(self.nodes[name].ends.values()):
+            lid = end.link_id
+            ends = self.links.pop(lid, None)
+            if ends is None:
+                continue
+            self.topology_version += 1
+            for e in ends:
+                e.up = False
+                owner = self.nodes[e.node]
+                owner.ends.pop(e.port, None)
+                if e.node == name:
+                    dropped.append((e.port, lid))
+                elif owner.alive:
+                    owner.router.remove_peer(e.port, self.now, reason)
+                    self._flush(owner)
+        return dropped
+
+    def release(self, name: str, dropped_ports: Iterable[int] = ()) -> None:
+        """Thaw the held node ``name``: the frames held for it arrive now, in the order they were sent; it
+        learns that its peers dropped the peerings on ``dropped_ports`` (EOF) and its timer is re-armed."""
+        now = self.now
+        heap = self._heap
+        held = sorted((tie, item) for t, tie, kind, item in heap
+                      if kind == _FRAME and t == math.inf and item[0].peer == name)  # fmt: skip
+        if held:
+            heap[:] = [e for e in heap if not (e[2] == _FRAME and e[0] == math.inf and e[3][0].peer == name)]
+            heapq.heapify(heap)
+            for tie, item in held:
+                heapq.heappush(heap, (now, tie, _FRAME, item))
+        for node in self.nodes.values():
+            for end in node.ends.values():
+                if end.peer == name and end.last_arrival == math.inf:
+                    end.last_arrival = now
+        node = self.nodes[name]
+        for port in dropped_ports:
+            node.router.remove_peer(port, now, "eof")
+        node.timer_at = math.inf
+        self._flush(node)
 
     # ------------------------------------------------------------------ running
 

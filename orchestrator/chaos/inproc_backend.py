@@ -23,9 +23,7 @@ How faults map here (docs/chaos.md compares them with Docker):
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
-import random
 from collections import deque
 from pathlib import Path
 
@@ -41,7 +39,7 @@ from node.core.router import Timers
 from node.core.variants import VariantSpec
 
 from orchestrator.backends.docker_observe import reconvergence_bound_s
-from orchestrator.backends.inproc import _FRAME, DEFAULT_BOOT_SPREAD_S, InprocNetwork, SimNode
+from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, InprocNetwork, SimNode
 from orchestrator.model.observe import ConvergenceTracker, NodeView, router_views
 from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
@@ -174,8 +172,7 @@ class InprocChaos:
             self.recorder.start(self.net)
             self.net.on_frame = self.recorder.on_frame
             self.on_event = self.recorder.on_event
-        for node in self.net.nodes.values():
-            self.net._flush(node)
+        self.net.start()  # every router's first outputs; the links come from the specs, below
         for i in range(len(self.specs)):
             self._make(i)
         await self.net.run_until(self.net.now)
@@ -220,9 +217,9 @@ class InprocChaos:
             return self._graph[1]
         g = nx.Graph()
         g.add_nodes_from(n for n in self.net.nodes if self._live(n))
-        for ea, _ in self.net.links.values():
-            if self._live(ea.node) and self._live(ea.peer):
-                g.add_edge(ea.node, ea.peer)
+        for a, b in self.net.edges():
+            if self._live(a) and self._live(b):
+                g.add_edge(a, b)
         self._graph = (stamp, g)
         return g
 
@@ -248,11 +245,9 @@ class InprocChaos:
 
     async def parents(self) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
-        for name, sn in self.net.nodes.items():
+        for name in self.net.nodes:
             if self._live(name):
-                p = sn.router.parent
-                end = sn.ends.get(p) if p is not None else None
-                out[name] = end.peer if end is not None else None
+                out[name] = self.net.parent_of(name)
         return out
 
     async def wait_converged(self, since: float, within_s: float) -> Converged:
@@ -287,8 +282,7 @@ class InprocChaos:
         sa, sb = self.net.nodes.get(a), self.net.nodes.get(b)
         if sa is None or sb is None or not self._live(a):
             return False
-        coords = sb.router.coords if mode == "tree" else None
-        if not sa.router.ping.start(sb.key, now, mode=mode, coords=coords, timeout_s=timeout_s):
+        if not self.net.start_ping(a, b, mode, timeout_s):
             return False
         self._sent.append((a, b, mode, now))
         if background:
@@ -301,7 +295,6 @@ class InprocChaos:
                                                                        for u, v in zip(path, path[1:])])
             except (nx.NetworkXNoPath, nx.NodeNotFound):
                 self._ping_paths[(a, b, mode, now)] = (None, [])
-        self.net._flush(sa)
         return True
 
     def _drain_results(self) -> None:
@@ -447,13 +440,7 @@ class InprocChaos:
             self.specs[i] = (x, y, new_cls, opts)
             lid = self.made.get(i)
             if lid is not None:
-                rng = random.Random(self.net.rng.getrandbits(64))
-                for end in self.net.links[lid]:
-                    factory = opts.get("shaper")
-                    end.shaper = factory(random.Random(rng.getrandbits(64))) if factory else self.net._default_shaper(
-                        random.Random(rng.getrandbits(64)))  # fmt: skip
-                    end.sized = bool(opts.get("sized"))
-                    end.link_class = new_cls
+                self.net.reshape(lid, new_cls, opts.get("shaper"), bool(opts.get("sized")))
         await self.sleep(0)
 
     async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
@@ -493,8 +480,7 @@ class InprocChaos:
         if old.alive:
             await self.kill(name)
         if self.planted_bug == "restart_keeps_state":
-            old.alive = True  # the planted defect: the old router, with everything it knew, comes back
-            self.net.topology_version += 1
+            self.net.revive(name)  # the planted defect: the old router, with everything it knew, comes back
             self.removed.discard(name)
         else:
             self._revive(name, old.router.identity)
@@ -505,17 +491,15 @@ class InprocChaos:
     def _revive(self, name: str, ident: Identity, spec: VariantSpec | None = None) -> None:
         """``name`` starts afresh with ``ident``, running ``spec`` (default: what it ran before, or the run's)."""
         now = self.net.now
-        sn = self.net.make_node(name, ident, now, spec)
+        sn = self.net.add_node(name, ident, spec)
         r = sn.router
-        self.net.nodes[name] = sn
-        self.net.topology_version += 1
         self.removed.discard(name)
         self.tracker.root_changed(name, r.root.key, now)
         self.tracker.descending_changed(name, now)
         if self.recorder is not None:
             self.recorder.event(name, r.key, "node_started", now, listen=[], variant=str(sn.spec),
                                 version=versions()["snekbed"])  # fmt: skip
-        self.net._flush(sn)
+        self.net.flush(sn)
 
     async def remove_node(self, name: str) -> bool:
         node = self.net.nodes.get(name)
@@ -542,75 +526,27 @@ class InprocChaos:
         if not node.alive or name in self.paused:
             return
         self.paused[name] = []
-        node.timer_at = math.inf  # its pending timer entry goes stale; re-armed on resume
-        self._hold(name)
+        self.net.hold(name)
         gen = object()
         self._pause_gen[name] = gen
         self.net.call_at(self.net.now + PEER_TIMEOUT_S, lambda now: self._peers_time_out(name, gen))
         await self.sleep(0)
 
-    def _hold(self, name: str) -> None:
-        """Frames on their way to a paused node wait (at time +inf) until it resumes."""
-        heap = self.net._heap
-        changed = False
-        for k, (t, tie, kind, item) in enumerate(heap):
-            if kind == _FRAME and item[0].peer == name and t != math.inf:
-                heap[k] = (math.inf, tie, kind, item)
-                changed = True
-        if changed:
-            heapq.heapify(heap)
-        for sn_name, sn in self.net.nodes.items():
-            for end in sn.ends.values():
-                if end.peer == name:
-                    end.last_arrival = math.inf  # later frames queue behind the held ones
-
     def _peers_time_out(self, name: str, gen: object) -> None:
+        """The paused node's peers drop it (their read deadline fires); the paused node does not know yet."""
         if name not in self.paused or self._pause_gen.get(name) is not gen:
             return
-        node = self.net.nodes[name]
-        for port, end in list(node.ends.items()):
-            # the peer's read deadline fires: it drops the peering; the paused node does not know yet
-            lid = end.link_id
-            ends = self.net.links.pop(lid, None)
-            if ends is None:
-                continue
-            self.net.topology_version += 1
-            for e in ends:
-                e.up = False
-                owner = self.net.nodes[e.node]
-                owner.ends.pop(e.port, None)
-                if e.node == name:
-                    self.paused[name].append((e.port, self.net.now))
-                elif owner.alive:
-                    owner.router.remove_peer(e.port, self.net.now, "read_timeout")
-                    self.net._flush(owner)
-            for i, l in list(self.made.items()):
-                if l == lid:
+        for port, lid in self.net.drop_peerings(name, "read_timeout"):
+            self.paused[name].append((port, self.net.now))
+            for i, made in list(self.made.items()):
+                if made == lid:
                     del self.made[i]
 
     async def resume(self, name: str) -> None:
         dropped = self.paused.pop(name, None)
         if dropped is None:
             return
-        node = self.net.nodes[name]
-        now = self.net.now
-        # held frames arrive now, in order
-        heap = self.net._heap
-        held = sorted((tie, item) for t, tie, kind, item in heap if kind == _FRAME and t == math.inf
-                      and item[0].peer == name)  # fmt: skip
-        if held:
-            self.net._heap = [e for e in heap if not (e[2] == _FRAME and e[0] == math.inf and e[3][0].peer == name)]
-            heapq.heapify(self.net._heap)
-            for tie, item in held:
-                heapq.heappush(self.net._heap, (now, tie, _FRAME, item))
-        for sn in self.net.nodes.values():
-            for end in sn.ends.values():
-                if end.peer == name and end.last_arrival == math.inf:
-                    end.last_arrival = now
-        for port, _ in dropped:
-            node.router.remove_peer(port, now, "eof")
-        node.timer_at = math.inf
-        self.net._flush(node)
+        self.net.release(name, [port for port, _ in dropped])  # held frames arrive now, in order
         for i in self._specs_of(name):
             self._make(i)  # the dialers reconnect
         await self.sleep(0)

@@ -34,7 +34,7 @@ from orchestrator.model.topology import NODE_NAME_RE, Loc, TopologyError, _line_
 from orchestrator.model.topology_loaders import _compose
 
 __all__ = [
-    "ADVERSARY_FRAMES",
+    "ADVERSARY_DROP_KINDS",
     "INVARIANTS",
     "LINK_ROLES",
     "NODE_ROLES",
@@ -74,7 +74,8 @@ NODE_ROLES = (
 LINK_ROLES = ("bridge", "random", "root_link")
 
 #: Frame kinds an adversary can drop (``snekbed node --adversary``), and the reference's DropRates keys.
-ADVERSARY_FRAMES = ("all", "keepalive", "tree_announcement", "bootstrap", "wakeup_broadcast", "traffic")
+DropKind = Literal["all", "keepalive", "tree_announcement", "bootstrap", "wakeup_broadcast", "traffic"]
+ADVERSARY_DROP_KINDS: tuple[str, ...] = get_args(DropKind)
 _REFERENCE_DROP_KEYS = {
     "Overall": "all",
     "Keepalive": "keepalive",
@@ -285,7 +286,7 @@ class Adversary(_NodeStep):
     """The target drops received frames by kind at ``drop`` percentages (0-100), from every peer or one."""
 
     action: Literal["adversary"]
-    drop: dict[Literal["all", "keepalive", "tree_announcement", "bootstrap", "wakeup_broadcast", "traffic"], float]
+    drop: dict[DropKind, float]
     peer: str | None = None
 
     @field_validator("drop")
