@@ -1,8 +1,9 @@
 """Wakeup broadcasts (PROTOCOL.md §6.8): sending our own, and receiving, recording and flooding others'.
 
-:class:`BroadcastMixin` is one of the parts :class:`node.core.router.Router` is made of. It owns
-``broadcast_seen`` (bounded by ``max_cached``) and ``next_broadcast``; it reads the tree (root,
-coordinates, peers) and writes to the router's outbox.
+:class:`Broadcasts` is one of the parts :class:`node.core.router.Router` holds. It owns the broadcast
+records (bounded by ``max_cached``) and the 60 s broadcast timer. The router hands it the tree
+(:class:`~node.core.tree.Tree`) with each call that needs the root, our coordinates or the peers; it
+writes to the router's outbox, and returns the reason to drop a peer rather than dropping it.
 """
 
 from __future__ import annotations
@@ -10,85 +11,113 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import wire
+from .crypto import Identity
 from .errors import ProtocolError
-from .state import PeerState, tree_distance
-from .tree import TreeMixin
+from .state import Outbox, PeerState, Timers, tree_distance, wall_ms
+from .tree import Tree
 from .types import BROADCAST_HOP_LIMIT, Frame, FrameType
 
-__all__ = ["BroadcastMixin"]
+__all__ = ["Broadcasts"]
 
 
-class BroadcastMixin(TreeMixin):
-    """§6.8 on the router's state."""
+class Broadcasts:
+    """§6.8. With ``enabled`` false we send none of our own, but still record and flood others'."""
 
-    broadcast_seen: dict[bytes, tuple[int, float]]  # source key -> (sequence, when)
+    def __init__(
+        self, identity: Identity, timers: Timers, wall_offset_ms: int, enabled: bool, max_cached: int, outbox: Outbox
+    ) -> None:
+        self.identity = identity
+        self.key = identity.public_key
+        self.t = timers
+        self.wall_offset_ms = wall_offset_ms
+        self.enabled = enabled
+        self.max_cached = max_cached
+        self.outbox = outbox
+        self.seen: dict[bytes, tuple[int, float]] = {}  # source key -> (sequence, when)
+        self.next_broadcast = 0.0
 
-    def _send_own_broadcast(self, only_port: int | None, now: float) -> None:
-        root = self.root
-        payload = wire.make_signed_root_payload(self.identity, self.wall_ms(now), root.key, root.seq)
+    def reset(self, now: float) -> None:
+        """Start-up state, and the full reset of §3.7 step 2."""
+        self.seen = {}
+        self.next_broadcast = now + self.t.broadcast_interval_s
+
+    def next_deadline(self) -> float:
+        return self.next_broadcast if self.enabled else float("inf")
+
+    def tick(self, now: float, tree: Tree) -> None:
+        """The 60 s timer, if due: forget records older than 3 min, then send our own broadcast to every peer key."""
+        if not self.enabled or now < self.next_broadcast:
+            return
+        self.next_broadcast = now + self.t.broadcast_interval_s
+        exp = self.t.broadcast_expiry_s
+        self.seen = {k: v for k, v in self.seen.items() if now - v[1] < exp}
+        self._send_own(None, now, tree)
+
+    def wake(self, port: int, now: float, tree: Tree) -> None:
+        """§5.3 step 4: the first announcement from a new peer key came in on ``port``: send it our broadcast."""
+        if self.enabled:
+            self._send_own(port, now, tree)
+
+    def _send_own(self, only_port: int | None, now: float, tree: Tree) -> None:
+        root = tree.root
+        payload = wire.make_signed_root_payload(self.identity, wall_ms(self.wall_offset_ms, now), root.key, root.seq)
         frame = Frame(
             FrameType.WAKEUP_BROADCAST,
             hop_limit=BROADCAST_HOP_LIMIT,
             source_key=self.key,
             payload=wire.encode_signed_root_payload(payload),
         )
-        ports = [only_port] if only_port is not None else self._one_link_per_key(self.up_ports())
+        ports = [only_port] if only_port is not None else _one_link_per_key(tree.peers, tree.up_ports())
+        sends = self.outbox.sends
         for port in ports:
-            self.outbox.append((port, frame))
+            sends.append((port, frame))
 
-    def _broadcast_tick(self, now: float) -> None:
-        """The 60 s timer: forget records older than 3 min, then send our own broadcast to every peer key."""
-        self.next_broadcast = now + self.t.broadcast_interval_s
-        exp = self.t.broadcast_expiry_s
-        self.broadcast_seen = {k: v for k, v in self.broadcast_seen.items() if now - v[1] < exp}
-        self._send_own_broadcast(None, now)
-
-    def _one_link_per_key(self, ports: list[int]) -> list[int]:
-        chosen: dict[bytes, PeerState] = {}
-        for port in ports:
-            q = self.peers[port]
-            c = chosen.get(q.key)
-            if c is None or (q.link_type, _order(q)) < (c.link_type, _order(c)):
-                chosen[q.key] = q
-        return sorted(q.port for q in chosen.values())
-
-    def _handle_broadcast(self, frame: Frame, port: int, now: float) -> None:
-        """§6.8, receiving side."""
+    def received(self, frame: Frame, port: int, now: float, tree: Tree) -> str | None:
+        """§6.8, receiving side. Returns the reason to drop the peer on ``port``, or None."""
         try:
             p = wire.signed_root(frame.payload, frame.source_key)
         except ProtocolError:
-            self._disconnect(port, "bad_broadcast", now)
-            return
+            return "bad_broadcast"
         if p is None:
-            self._disconnect(port, "bad_signature", now)
-            return
-        if p.root_key != self.root.key:
-            return
-        seen = self.broadcast_seen.get(frame.source_key)
+            return "bad_signature"
+        if p.root_key != tree.root.key:
+            return None
+        seen = self.seen.get(frame.source_key)
         if seen is not None and (now - seen[1] < self.t.broadcast_filter_s or p.seq <= seen[0]):
-            return
-        seen_map = self.broadcast_seen
+            return None
+        seen_map = self.seen
         if len(seen_map) >= self.max_cached and frame.source_key not in seen_map:
             del seen_map[next(iter(seen_map))]
         seen_map[frame.source_key] = (p.seq, now)
-        self.counters[("node_discovered",)] += 1
+        self.outbox.counters[("node_discovered",)] += 1
         if frame.hop_limit <= 1:
-            return
+            return None
         hl = frame.hop_limit - 1
         out = replace(frame, hop_limit=hl)
+        peers = tree.peers
         if hl >= 4:
-            targets = [q for q in self.up_ports() if q != port]
+            targets = [q for q in tree.up_ports() if q != port]
         else:
-            own = self.coords
+            own = tree.coords
             targets = [
                 q
-                for q in self.up_ports()
-                if q != port
-                and self.peers[q].announcement is not None
-                and tree_distance(self.peers[q].coords, own) == 1
+                for q in tree.up_ports()
+                if q != port and peers[q].announcement is not None and tree_distance(peers[q].coords, own) == 1
             ]
-        for q in self._one_link_per_key(targets):
-            self.outbox.append((q, out))
+        sends = self.outbox.sends
+        for q in _one_link_per_key(peers, targets):
+            sends.append((q, out))
+        return None
+
+
+def _one_link_per_key(peers: dict[int, PeerState], ports: list[int]) -> list[int]:
+    chosen: dict[bytes, PeerState] = {}
+    for port in ports:
+        q = peers[port]
+        c = chosen.get(q.key)
+        if c is None or (q.link_type, _order(q)) < (c.link_type, _order(c)):
+            chosen[q.key] = q
+    return sorted(q.port for q in chosen.values())
 
 
 def _order(q: PeerState) -> float:

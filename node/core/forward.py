@@ -1,20 +1,25 @@
 """Traffic forwarding (PROTOCOL.md §6.5, §6.6) and the transit fast path.
 
-:class:`ForwardMixin` is one of the parts :class:`node.core.router.Router` is made of. It owns the
-coordinates cache (§6.6) and the transit cache.
+:class:`Forwarding` is one of the parts :class:`node.core.router.Router` holds. It owns the coordinates
+cache (§6.6), its sweep timer and the transit cache, and it is given the router's outbox and ping service
+(:mod:`node.core.ping`: a Ping counts its hops here, a delivered ping is answered there). The routing
+decisions are not its own: the router hands it the tree (:class:`~node.core.tree.Tree`, §5.8) and the SNEK
+variant (:class:`~node.core.snek_api.SnekStrategy`, §6.3) with each frame to forward.
 
-**The transit fast path.** :meth:`ForwardMixin.bytes_received` takes frames as a stream reader splits
-them, ``(type, whole frame bytes)``. A Traffic frame passing through (not for us, not a ping, and laid
-out exactly as our encoder would write it: :func:`transit_key`) is looked up in the transit cache by
-(arrival port, what the routing decision depends on); on a hit its bytes go to the outbox with the
-cached watermark spliced in (:func:`splice_watermark`), with no decode, no decision and no encode.
-Anything else is decoded and takes :meth:`~node.core.router.Router.frame_received`; a transit frame
-whose forwarding changed nothing but its watermark teaches the cache that decision (:meth:`_learn`).
+**The transit fast path.** :meth:`~node.core.router.Router.bytes_received` gets frames as a stream reader
+splits them, ``(type, whole frame bytes)``, and hands runs of them to :meth:`Forwarding.forward_transit`.
+A Traffic frame passing through (not for us, not a ping, and laid out exactly as our encoder would write
+it: :func:`transit_key`) is looked up in the transit cache by (arrival port, what the routing decision
+depends on); on a hit its bytes go to the outbox with the cached watermark spliced in
+(:func:`splice_watermark`), with no decode, no decision and no encode. On a miss it is decoded and
+forwarded (:meth:`Forwarding.forward`), and if forwarding changed nothing but its watermark the decision
+is cached (:meth:`Forwarding._learn`). Any other frame goes back to the router, which decodes it and
+takes :meth:`~node.core.router.Router.frame_received`.
 
 The cache is correct because Traffic is the only input that leaves routing state alone: the router
-empties it on every other input (any other frame type, a timer, a peer coming or going, a reset), and
-an entry never outlives the oldest route the SNEK variant could have used (``routes_valid_until``).
-Hop limiting (every hop rewrites the hop limit) turns the fast path off.
+empties it (:meth:`Forwarding.routing_changed`) on every other input (any other frame type, a timer, a
+peer coming or going, a reset), and an entry never outlives the oldest route the SNEK variant could have
+used (``routes_valid_until``). Hop limiting (every hop rewrites the hop limit) turns the fast path off.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ from dataclasses import replace
 from typing import Final
 
 from . import wire
-from .broadcast import BroadcastMixin
 from .codec import U16
-from .state import Encoded, with_watermark
+from .ping import PingService
+from .snek_api import SnekStrategy
+from .state import Encoded, Outbox, Send, Timers, with_watermark
+from .tree import Tree
 from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType
 
-__all__ = ["TRANSIT_CACHE_MAX", "ForwardMixin", "TransitCache", "splice_watermark", "transit_key"]
+__all__ = ["TRANSIT_CACHE_MAX", "Forwarding", "TransitCache", "splice_watermark", "transit_key"]
 
 TRANSIT_CACHE_MAX: Final = 4096
 _TRAFFIC: Final = int(FrameType.TRAFFIC)
@@ -104,45 +111,95 @@ class TransitCache:
         self.entries.clear()
 
 
-class ForwardMixin(BroadcastMixin):
-    """§6.5 for Traffic, §6.6, and :meth:`bytes_received`. Owns ``coords_cache`` and ``transit``."""
+class Forwarding:
+    """§6.5 for Traffic, §6.6, and the transit fast path. Built once per router."""
 
-    transit: TransitCache
-    fast_forwards: int  # transit frames forwarded from the cache
+    def __init__(
+        self, key: bytes, timers: Timers, hop_limiting: bool, max_cached: int, outbox: Outbox, ping: PingService
+    ) -> None:
+        self.key = key
+        self.t = timers
+        self.hop_limiting = hop_limiting
+        self.max_cached = max_cached
+        self.outbox = outbox
+        self.ping = ping
+        self.coords_cache: dict[bytes, tuple[tuple[int, ...], float]] = {}  # §6.6: key -> (coordinates, when)
+        self.next_coords_sweep = 0.0
+        self.transit = TransitCache()
+        self.fast_forwards = 0  # transit frames forwarded from the cache
 
-    def bytes_received(self, port: int, frames: list[tuple[int, bytes]], now: float) -> None:
-        """Frames that arrived on ``port``, as ``(type byte, whole frame bytes)``, in order.
+    # ------------------------------------------------------------------ state and timers
 
-        Raises MalformedFrame for a frame that does not decode (the frames before it took effect):
-        the caller drops the peer (§3.7).
-        """
+    def reset(self, now: float) -> None:
+        """Start-up state, and the full reset of §3.7 step 2."""
+        self.coords_cache = {}
+        self.transit.clear()
+        self.next_coords_sweep = now + self.t.coords_cache_sweep_s
+
+    def routing_changed(self) -> None:
+        """Any input but Traffic may move routing state: forget every cached transit decision."""
+        self.transit.clear()
+
+    def root_key_changed(self) -> None:
+        """§6.6: a parent change altered the root key; cached coordinates are void."""
+        self.coords_cache.clear()
+
+    def next_deadline(self) -> float:
+        return self.next_coords_sweep
+
+    def tick(self, now: float) -> None:
+        """§6.6: the 60 s sweep of entries older than the cache lifetime, if due."""
+        if now < self.next_coords_sweep:
+            return
+        self.next_coords_sweep = now + self.t.coords_cache_sweep_s
+        life = self.t.coords_cache_lifetime_s
+        self.coords_cache = {k: v for k, v in self.coords_cache.items() if now - v[1] < life}
+
+    def expire_transit(self, now: float) -> None:
+        """Forget the cached transit decisions once a route they may have used can have expired."""
         transit = self.transit
-        entries = transit.entries
-        if entries and now >= transit.until:
-            entries.clear()
-        fast = not self.hop_limiting and self.adversary is None and port in self.peers
+        if transit.entries and now >= transit.until:
+            transit.entries.clear()
+
+    # ------------------------------------------------------------------ the transit fast path
+
+    def forward_transit(
+        self, port: int, frames: list[tuple[int, bytes]], start: int, now: float, tree: Tree, snek: SnekStrategy
+    ) -> int:
+        """Forward the transit Traffic frames of ``frames`` from index ``start`` on, as they arrived on ``port``
+        (an up peer, no adversary, no hop limiting: the router checks): from the cache, or decoded and
+        forwarded. Returns the index of the first frame that is not one, ``len(frames)`` when all were.
+
+        Raises MalformedFrame for a frame that does not decode (the frames before it took effect).
+        """
+        entries = self.transit.entries
         own = self.key
+        outbox = self.outbox
         decode = wire.decode_frame
-        for t, raw in frames:
-            tr = transit_key(raw, own) if t == _TRAFFIC and fast else None
+        n = len(frames)
+        for i in range(start, n):
+            t, raw = frames[i]
+            if t != _TRAFFIC:
+                return i
+            tr = transit_key(raw, own)
             if tr is None:
-                self.frame_received(port, decode(raw), now)
-                continue
+                return i
             key = (port, tr[0])
             hit = entries.get(key)
             if hit is not None:
                 data = splice_watermark(raw, tr[1], tr[2], hit[1])
-                self.outbox.append((hit[0], _new_tuple(Encoded, (_TRAFFIC, tr[4], tr[3], data))))  # Encoded(...)
+                outbox.sends.append((hit[0], _new_tuple(Encoded, (_TRAFFIC, tr[4], tr[3], data))))  # Encoded(...)
                 self.fast_forwards += 1
                 continue
             f = decode(raw)
-            outbox = self.outbox
-            before = len(outbox)
-            self.frame_received(port, f, now)
-            if len(self.outbox) == before + 1 and self.outbox is outbox:
-                self._learn(key, f, outbox[-1])
+            sends = outbox.sends
+            before = len(sends)
+            self.forward(f, port, now, tree, snek)
+            if len(outbox.sends) == before + 1 and outbox.sends is sends:
+                self._learn(key, f, sends[-1], snek)
+        return n
 
-    def _learn(self, key: tuple[int, bytes], f: Frame, out: tuple[int, Frame | Encoded]) -> None:
+    def _learn(self, key: tuple[int, bytes], f: Frame, out: Send, snek: SnekStrategy) -> None:
         """Cache the decision for a transit frame when forwarding changed nothing but the watermark."""
         port, of = out
         if not (type(of) is Frame and of.type == _TRAFFIC and of.payload is f.payload
@@ -160,19 +217,15 @@ class ForwardMixin(BroadcastMixin):
         transit = self.transit
         entries = transit.entries
         if not entries:  # first entry since the last change: valid until the oldest route expires
-            transit.until = self.snek.routes_valid_until()
+            transit.until = snek.routes_valid_until()
         if len(entries) >= TRANSIT_CACHE_MAX:
             entries.clear()
         entries[key] = (port, wm)
 
-    def _sweep_coords_cache(self, now: float) -> None:
-        """§6.6: the 60 s sweep of entries older than the cache lifetime."""
-        self.next_coords_sweep = now + self.t.coords_cache_sweep_s
-        life = self.t.coords_cache_lifetime_s
-        self.coords_cache = {k: v for k, v in self.coords_cache.items() if now - v[1] < life}
+    # ------------------------------------------------------------------ §6.5, §6.6
 
-    def send_traffic(
-        self, dest: bytes, payload: bytes, now: float, *, coords: tuple[int, ...] | None = None
+    def originate(
+        self, dest: bytes, payload: bytes, now: float, coords: tuple[int, ...] | None, tree: Tree, snek: SnekStrategy
     ) -> None:
         """§6.6: originate Traffic. ``coords`` forces tree routing to those coordinates."""
         if coords is None:
@@ -185,14 +238,13 @@ class ForwardMixin(BroadcastMixin):
             destination_key=dest,
             source_key=self.key,
             destination_coords=coords or (),
-            source_coords=self.coords,
+            source_coords=tree.coords,
             payload=payload,
         )
-        self._forward_traffic(frame, LOCAL_PORT, now)
-        self._after(now)
+        self.forward(frame, LOCAL_PORT, now, tree, snek)
 
-    def _forward_traffic(self, frame: Frame, from_port: int, now: float) -> None:
-        """§6.5 for Traffic (received, or originated with from_port = LOCAL_PORT)."""
+    def forward(self, frame: Frame, from_port: int, now: float, tree: Tree, snek: SnekStrategy) -> None:
+        """§6.5 for Traffic (received on ``from_port``, or originated with from_port = LOCAL_PORT)."""
         if frame.destination_key == self.key:
             if frame.source_coords:
                 cache = self.coords_cache
@@ -204,19 +256,20 @@ class ForwardMixin(BroadcastMixin):
         port = None
         wm = frame.watermark
         if frame.destination_coords:
-            port = self.tree_next_hop(frame.destination_coords, from_port)
+            port = tree.next_hop(frame.destination_coords, from_port)
             if port is None:
                 frame = replace(frame, destination_coords=())
         if port is None:
-            nh = self.snek.next_hop(frame.destination_key, False, frame.watermark, now)
+            nh = snek.next_hop(frame.destination_key, False, frame.watermark, now)
             port, wm = nh.port, nh.watermark
         if self.hop_limiting:
             if frame.hop_limit <= 1:
-                self.counters[("frame_dropped", FrameType.TRAFFIC, "hop_limit")] += 1
+                self.outbox.counters[("frame_dropped", FrameType.TRAFFIC, "hop_limit")] += 1
                 return
             frame = replace(frame, hop_limit=frame.hop_limit - 1)
         if port == from_port or wm.worse_than(frame.watermark):
-            self.counters[("frame_dropped", FrameType.TRAFFIC, "loop" if port == from_port else "watermark")] += 1
+            reason = "loop" if port == from_port else "watermark"
+            self.outbox.counters[("frame_dropped", FrameType.TRAFFIC, reason)] += 1
             return
         if wm != frame.watermark:
             frame = with_watermark(frame, wm)
@@ -224,8 +277,8 @@ class ForwardMixin(BroadcastMixin):
             self._deliver(frame, now)
             return
         frame = self.ping.on_forward(frame)
-        self.outbox.append((port, frame))
+        self.outbox.sends.append((port, frame))
 
     def _deliver(self, frame: Frame, now: float) -> None:
         if not self.ping.on_delivered(frame, now):
-            self.delivered.append(frame)
+            self.outbox.delivered.append(frame)

@@ -12,10 +12,22 @@ Then take everything it wants done in one call, :meth:`Router.drain` (an :class:
 frames to send, disconnects, delivered traffic, events, ping results, the next deadline). No trio, no
 sockets, no clock reads: the same object runs in a TCP node and in the in-process network.
 
-The parts, one module each: :mod:`~node.core.tree` (§5), the SNEK variant chosen at construction
-(:mod:`~node.core.snek_api`, :mod:`~node.core.snek_reference`, §6.1-§6.4, §6.7), :mod:`~node.core.forward`
-(§6.5, §6.6, the transit cache) and :mod:`~node.core.broadcast` (§6.8). This module holds the shared state,
-the peer table, the input dispatch, the timers and the observation events.
+**The parts.** The router holds four parts, one object each, and calls them with explicit arguments, as
+aioquic's ``QuicConnection`` holds its recovery, streams and crypto objects:
+
+* ``tree``, a :class:`~node.core.tree.Tree` (§5): the parent, the root, our coordinates, tree routing;
+* ``snek``, the SNEK variant chosen at construction, behind its one seam (:mod:`~node.core.snek_api`;
+  :mod:`~node.core.snek_reference` and the others of :data:`~node.core.variants.VARIANTS`; §6.1-§6.4, §6.7),
+  which sees the router through a :class:`~node.core.host.RouterHost`;
+* ``broadcasts``, a :class:`~node.core.broadcast.Broadcasts` (§6.8);
+* ``forwarding``, a :class:`~node.core.forward.Forwarding` (§6.5, §6.6, the transit cache).
+
+No part calls the router or another part on its own: the router passes the tree and the SNEK variant to
+the calls that need them, and applies what a change of the tree entails (the tree's effect flags). The
+router itself holds the configuration, the peer table (given to the tree and the host), the outbox
+(:class:`~node.core.state.Outbox`, given to every part), the input dispatch and the SNEK maintenance tick.
+Each part has its own ``next_deadline()``; the router's deadline is the earliest of them (and of the tick
+and the ping service's), recomputed whenever one of them may have moved it.
 """
 
 from __future__ import annotations
@@ -24,14 +36,18 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from . import wire
 from .adversary import Adversary
+from .broadcast import Broadcasts
 from .crypto import Identity
-from .forward import ForwardMixin, TransitCache
+from .forward import Forwarding
+from .host import RouterHost
 from .ping import PingService
 from .snek import NextHop
 from .snek_api import SnekFactory, SnekStrategy
-from .state import MAX_PORTS, Encoded, Output, PeerState, Send, Timers
-from .types import Announcement, Frame, FrameType, Root, Watermark
+from .state import MAX_PORTS, Encoded, Outbox, Output, PeerState, Send, Timers, wall_ms
+from .tree import BOOTSTRAP_SOON, DEADLINE_MOVED, PEERS_CHANGED, ROOT_KEY_CHANGED, WAKE, Tree
+from .types import Frame, FrameType, Root, Watermark
 from .variants import KNOBS, VARIANTS, Variant
 
 __all__ = ["MAX_PORTS", "SNEK_VARIANTS", "Encoded", "Output", "PeerState", "Router", "Timers"]
@@ -48,7 +64,7 @@ _WAKEUP_BROADCAST: Final = int(FrameType.WAKEUP_BROADCAST)
 _NOTHING: Final[tuple[Any, ...]] = ()
 
 
-class Router(ForwardMixin):
+class Router:
     """One Pinecone node's protocol state. See the module docstring for the contract."""
 
     def __init__(
@@ -67,7 +83,7 @@ class Router(ForwardMixin):
         knobs: Mapping[str, Any] | None = None,
     ) -> None:
         """``snek`` names a variant of :data:`node.core.variants.VARIANTS` or is a factory
-        ``(router, now) -> SnekStrategy``. ``knobs`` are the variant knobs (:data:`node.core.variants.KNOBS`,
+        ``(host, now) -> SnekStrategy``. ``knobs`` are the variant knobs (:data:`node.core.variants.KNOBS`,
         defaults for those missing) the variant reads; ``VariantSpec.router_options()`` builds all of these.
 
         Raises KeyError for an unknown variant name.
@@ -82,23 +98,11 @@ class Router(ForwardMixin):
         # Memory bounds against hostile input (not in the reference, which is unbounded):
         self.max_routes = max_routes  # routing-table entries; new origins beyond it are rejected ("table_full")
         self.max_cached = max_cached  # coordinates-cache and broadcast-record entries; oldest evicted first
-        self.peers: dict[int, PeerState] = {}
-        self.own_seq = 0
-        self._self_ann = Announcement(self.key, 0, ())
-        self._self_root = Root(self.key, 0)
-        self._up: list[int] = []
-        self._touched = False  # tree state may have moved since the last _after()
-        self.outbox: list[Send] = []
-        self.disconnects: list[tuple[int, str]] = []
-        self.delivered: list[Frame] = []
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self.counters: Counter[tuple] = Counter()
-        self.ping = PingService(self.key, self.counters, self.send_traffic, self.emit, self._recompute_deadline)
-        self._sig_cache: tuple[bytes, bytes] = (b"", b"")
-        self.transit = TransitCache()
+        self.peers: dict[int, PeerState] = {}  # the peer table: port -> what we know of that peer
+        self.out = Outbox()
+        self.counters: Counter[tuple] = self.out.counters
         self.adversary: Adversary | None = None  # drops received frames by kind (chaos tests; node --adversary)
-        self.fast_forwards = 0  # transit frames forwarded from the cache
-        self.parent: int | None = None
+        self.ping = PingService(self.key, self.counters, self.send_traffic, self.out.emit, self._recompute_deadline)
         if isinstance(snek, str):
             variant: Variant | None = VARIANTS[snek]
             factory = VARIANTS[snek].factory
@@ -108,28 +112,270 @@ class Router(ForwardMixin):
         self.knobs: dict[str, Any] = defaults | dict(knobs or {})
         #: the variant's registry name ("custom" for a factory given directly)
         self.variant = variant.name if variant is not None else "custom"
-        self.snek: SnekStrategy = factory(self, now)
+        # ---------------------------------------------------------------- the parts
+        self.tree = Tree(identity, self.t, self.peers, self.out)
+        self.broadcasts = Broadcasts(identity, self.t, wall_offset_ms, broadcasts, max_cached, self.out)
+        self.forwarding = Forwarding(self.key, self.t, hop_limiting, max_cached, self.out, self.ping)
+        host = RouterHost(identity, self.t, self.peers, self.tree, self.out, wall_offset_ms=wall_offset_ms,
+                          detail_events=detail_events, max_routes=max_routes, knobs=self.knobs)  # fmt: skip
+        self.snek: SnekStrategy = factory(host, now)
         self._snek_types = self.snek.frame_types
+        self.next_maintain = now  # the SNEK variant's maintenance tick (SnekStrategy.maintain)
+        self._deadline = now
         self._reset(now)
-        self._snap = self._snapshot()
+        self.tree.settle()
 
     # ------------------------------------------------------------------ state
 
     def _reset(self, now: float) -> None:
         """Start-up state, and the full reset of §3.7 step 2 (own_seq survives)."""
-        self.parent = None
-        self.waiting = False
-        self.hold_until: float | None = None
-        self.order_counter = 0
+        self.tree.reset()
         self.snek.reset(now)
-        self.coords_cache: dict[bytes, tuple[tuple[int, ...], float]] = {}
-        self.broadcast_seen: dict[bytes, tuple[int, float]] = {}
-        self.transit.clear()
+        self.forwarding.reset(now)
+        self.broadcasts.reset(now)
         self.next_maintain = now
-        self.next_coords_sweep = now + self.t.coords_cache_sweep_s
-        self.next_broadcast = now + self.t.broadcast_interval_s
-        self._tree_maintenance(now)
+        self.tree.maintenance(now)
         self._recompute_deadline()
+
+    def _tree_moved(self, fx: int, now: float) -> None:
+        """Do what a change of the tree entails (the effect flags of :mod:`node.core.tree`), but the wakeup."""
+        if fx & PEERS_CHANGED:
+            self.snek.peers_changed()
+        if fx & ROOT_KEY_CHANGED:
+            self.forwarding.root_key_changed()
+        if fx & DEADLINE_MOVED:
+            self._recompute_deadline()
+        if fx & BOOTSTRAP_SOON:
+            self.snek.bootstrap_soon(now)
+
+    # ------------------------------------------------------------------ peers
+
+    def add_peer(self, key: bytes, link_type: int, now: float) -> int | None:
+        """§3.6: allocate the lowest free port and greet the peer. None when all 253 are used."""
+        port = next((p for p in range(1, MAX_PORTS + 1) if p not in self.peers), None)
+        if port is None:
+            self.counters[("peer_refused", "ports_full")] += 1
+            return None
+        self.forwarding.routing_changed()
+        self.peers[port] = PeerState(port, key, link_type)
+        self.tree.peer_added(port)
+        self.snek.peers_changed()
+        self.out.emit("peer_up", port=port, peer=key.hex(), link_type=link_type)
+        self.tree.report_changes()
+        return port
+
+    def remove_peer(self, port: int, now: float, reason: str = "closed") -> None:
+        """§3.7: the peer on ``port`` is gone (any reason)."""
+        peer = self.peers.get(port)
+        if peer is None:
+            return
+        self.forwarding.routing_changed()
+        peer.up = False
+        self.tree.peer_down(port)
+        self.snek.peers_changed()
+        out = self.out
+        out.sends = [(p, f) for p, f in out.sends if p != port]
+        out.emit("peer_down", port=port, peer=peer.key.hex(), reason=reason)
+        if not any(q.up for q in self.peers.values()):
+            del self.peers[port]
+            self._reset(now)
+            self.tree.report_changes()
+            return
+        peer.forget()
+        self.snek.peer_removed(port, now)
+        self._tree_moved(self.tree.peer_removed(port, now), now)
+        del self.peers[port]
+        self.tree.report_changes()
+
+    def _disconnect(self, port: int, reason: str, now: float) -> None:
+        self.counters[("disconnect", reason)] += 1
+        self.out.disconnects.append((port, reason))
+        self.remove_peer(port, now, reason)
+
+    # ------------------------------------------------------------------ input
+
+    def set_adversary(self, rates: Mapping[str, float], peer: bytes | None = None) -> None:
+        """Drop received frames by kind at ``rates`` (percent; node.core.adversary), from ``peer`` or every peer.
+
+        Raises ValueError for an unknown kind or a rate outside 0-100.
+        """
+        if self.adversary is None:
+            self.adversary = Adversary()
+        self.adversary.configure(rates, peer)
+
+    def bytes_received(self, port: int, frames: list[tuple[int, bytes]], now: float) -> None:
+        """Frames that arrived on ``port``, as ``(type byte, whole frame bytes)``, in order.
+
+        Transit Traffic takes the forwarding part's fast path (:meth:`Forwarding.forward_transit
+        <node.core.forward.Forwarding.forward_transit>`) while the peer is up and neither an adversary nor hop
+        limiting is in the way; every other frame is decoded and takes :meth:`frame_received`.
+
+        Raises MalformedFrame for a frame that does not decode (the frames before it took effect): the
+        caller drops the peer (§3.7).
+        """
+        fwd = self.forwarding
+        fwd.expire_transit(now)
+        peer = self.peers.get(port)
+        fast = peer is not None and not self.hop_limiting and self.adversary is None
+        decode = wire.decode_frame
+        i, n = 0, len(frames)
+        while i < n:
+            if fast:
+                i = fwd.forward_transit(port, frames, i, now, self.tree, self.snek)
+                if i == n:
+                    return
+            self.frame_received(port, decode(frames[i][1]), now)
+            i += 1
+            fast = fast and peer is not None and peer.up  # a frame that dropped the peer ends the fast path
+
+    def frame_received(self, port: int, frame: Frame, now: float) -> None:
+        """§6.5 for a frame that arrived on ``port``."""
+        peer = self.peers.get(port)
+        if peer is None or not peer.up:
+            return
+        t = frame.type
+        if self.adversary is not None and self.adversary.drops(peer.key, t):
+            self.counters[("frame_dropped", t, "adversary")] += 1
+            return
+        if t == _TRAFFIC:
+            self.forwarding.forward(frame, port, now, self.tree, self.snek)
+        else:
+            self.forwarding.routing_changed()  # every input but Traffic may move routing state
+            if t in self._snek_types:
+                self.snek.frame_received(port, frame, now)
+            elif t == _TREE_ANNOUNCEMENT:
+                self._announcement_received(peer, frame, now)
+            elif t == _WAKEUP_BROADCAST:
+                bad = self.broadcasts.received(frame, port, now, self.tree)
+                if bad is not None:
+                    self._disconnect(port, bad, now)
+            elif t == _KEEPALIVE:
+                pass
+            else:
+                self.counters[("frame_dropped", t, "unknown_type")] += 1
+        self.tree.report_changes()
+
+    def _announcement_received(self, peer: PeerState, frame: Frame, now: float) -> None:
+        """§5.3, §5.4: the tree decides; then what its change entails, and §5.3 step 4's wakeup broadcast."""
+        tree = self.tree
+        parsed = tree.check_announcement(peer, frame)
+        if isinstance(parsed, str):
+            self._disconnect(peer.port, parsed, now)
+            return
+        fx = tree.announcement_received(peer, parsed, now)
+        self._tree_moved(fx, now)
+        if fx & WAKE:
+            self.broadcasts.wake(peer.port, now, tree)
+
+    def send_traffic(
+        self, dest: bytes, payload: bytes, now: float, *, coords: tuple[int, ...] | None = None
+    ) -> None:
+        """§6.6: originate Traffic. ``coords`` forces tree routing to those coordinates."""
+        self.forwarding.originate(dest, payload, now, coords, self.tree, self.snek)
+        self.tree.report_changes()
+
+    # ------------------------------------------------------------------ timers
+
+    def next_deadline(self) -> float:
+        """When :meth:`handle_timer` must next run. Kept up to date by every timer change."""
+        return self._deadline
+
+    def _recompute_deadline(self) -> None:
+        """The earliest of the parts' deadlines, the SNEK maintenance tick and the ping service's."""
+        self._deadline = min(
+            self.next_maintain,
+            self.tree.next_deadline(),
+            self.forwarding.next_deadline(),
+            self.ping.next_deadline(),
+            self.broadcasts.next_deadline(),
+            self.snek.next_deadline(),
+        )
+
+    def handle_timer(self, now: float) -> None:
+        self.forwarding.routing_changed()
+        self._tree_moved(self.tree.tick(now), now)
+        if now >= self.next_maintain:
+            self.next_maintain = max(self.next_maintain + self.t.maintain_interval_s, now)
+            self.snek.maintain(now)
+        self.forwarding.tick(now)
+        self.broadcasts.tick(now, self.tree)
+        self.ping.handle_timer(now)
+        self._recompute_deadline()
+        self.tree.report_changes()
+
+    # ------------------------------------------------------------------ output
+
+    def drain(self) -> Output:
+        """Take every output accumulated since the last drain (see :class:`~node.core.state.Output`)."""
+        out = self.out
+        sends: Sequence[Send] = out.sends
+        if sends:
+            out.sends = []
+        else:
+            sends = _NOTHING
+        disconnects: Sequence[tuple[int, str]] = out.disconnects
+        if disconnects:
+            out.disconnects = []
+        else:
+            disconnects = _NOTHING
+        delivered: Sequence[Frame] = out.delivered
+        if delivered:
+            out.delivered = []
+        else:
+            delivered = _NOTHING
+        events: Sequence[tuple[str, dict[str, Any]]] = out.events
+        if events:
+            out.events = []
+        else:
+            events = _NOTHING
+        results = self.ping.results
+        if results:
+            self.ping.results = []
+        return Output(sends, disconnects, delivered, events, results or _NOTHING, self._deadline)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ reading (the parts' state, read-only)
+
+    @property
+    def outbox(self) -> list[Send]:
+        """Frames to send since the last drain, ``(port, Frame | Encoded)`` in order."""
+        return self.out.sends
+
+    @property
+    def disconnects(self) -> list[tuple[int, str]]:
+        return self.out.disconnects
+
+    @property
+    def delivered(self) -> list[Frame]:
+        return self.out.delivered
+
+    @property
+    def events(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.out.events
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.out.events.append((kind, fields))
+
+    def wall_ms(self, now: float) -> int:
+        return wall_ms(self.wall_offset_ms, now)
+
+    @property
+    def parent(self) -> int | None:
+        """The parent's port (§5.5), None while we are a root."""
+        return self.tree.parent
+
+    @property
+    def root(self) -> Root:
+        """Our root (§5.1)."""
+        return self.tree.root
+
+    @property
+    def coords(self) -> tuple[int, ...]:
+        """Our coordinates (§5.7)."""
+        return self.tree.coords
+
+    def up_ports(self) -> list[int]:
+        """Up ports in ascending order."""
+        return self.tree.up_ports()
 
     @property
     def table(self) -> Any:
@@ -146,186 +392,15 @@ class Router(ForwardMixin):
     def snek_next_hop(self, dest: bytes, bootstrap: bool, wm: Watermark, now: float) -> NextHop:
         return self.snek.next_hop(dest, bootstrap, wm, now)
 
-    def wall_ms(self, now: float) -> int:
-        return self.wall_offset_ms + int(now * 1000)
+    @property
+    def coords_cache(self) -> dict[bytes, tuple[tuple[int, ...], float]]:
+        """§6.6: destination key -> (coordinates, when learnt)."""
+        return self.forwarding.coords_cache
 
-    # ------------------------------------------------------------------ peers
-
-    def add_peer(self, key: bytes, link_type: int, now: float) -> int | None:
-        """§3.6: allocate the lowest free port and greet the peer. None when all 253 are used."""
-        port = next((p for p in range(1, MAX_PORTS + 1) if p not in self.peers), None)
-        if port is None:
-            self.counters[("peer_refused", "ports_full")] += 1
-            return None
-        self.transit.clear()
-        self.peers[port] = PeerState(port, key, link_type)
-        self._up = sorted(p for p, q in self.peers.items() if q.up)
-        self.snek.peers_changed()
-        self.emit("peer_up", port=port, peer=key.hex(), link_type=link_type)
-        self._send_announcement(port, self.current_announcement())
-        self._after(now)
-        return port
-
-    def remove_peer(self, port: int, now: float, reason: str = "closed") -> None:
-        """§3.7: the peer on ``port`` is gone (any reason)."""
-        peer = self.peers.get(port)
-        if peer is None:
-            return
-        self.transit.clear()
-        peer.up = False
-        self._touched = True
-        self._up = [p for p in self._up if p != port]
-        self.snek.peers_changed()
-        self.outbox = [(p, f) for p, f in self.outbox if p != port]
-        self.emit("peer_down", port=port, peer=peer.key.hex(), reason=reason)
-        if not any(q.up for q in self.peers.values()):
-            del self.peers[port]
-            self._reset(now)
-            self._after(now)
-            return
-        peer.forget()
-        self.snek.peer_removed(port, now)
-        if self.parent == port:
-            if self._select_parent(now):
-                self.snek.bootstrap_soon(now)
-        del self.peers[port]
-        self._after(now)
-
-    def _disconnect(self, port: int, reason: str, now: float) -> None:
-        self.counters[("disconnect", reason)] += 1
-        self.disconnects.append((port, reason))
-        self.remove_peer(port, now, reason)
-
-    # ------------------------------------------------------------------ input
-
-    def set_adversary(self, rates: Mapping[str, float], peer: bytes | None = None) -> None:
-        """Drop received frames by kind at ``rates`` (percent; node.core.adversary), from ``peer`` or every peer.
-
-        Raises ValueError for an unknown kind or a rate outside 0-100.
-        """
-        if self.adversary is None:
-            self.adversary = Adversary()
-        self.adversary.configure(rates, peer)
-
-    def frame_received(self, port: int, frame: Frame, now: float) -> None:
-        """§6.5 for a frame that arrived on ``port``."""
-        peer = self.peers.get(port)
-        if peer is None or not peer.up:
-            return
-        t = frame.type
-        if self.adversary is not None and self.adversary.drops(peer.key, t):
-            self.counters[("frame_dropped", t, "adversary")] += 1
-            return
-        if t == _TRAFFIC:
-            self._forward_traffic(frame, port, now)
-        else:
-            self.transit.clear()  # every input but Traffic may move routing state
-            if t in self._snek_types:
-                self.snek.frame_received(port, frame, now)
-            elif t == _TREE_ANNOUNCEMENT:
-                self._handle_announcement(peer, frame, now)
-            elif t == _WAKEUP_BROADCAST:
-                self._handle_broadcast(frame, port, now)
-            elif t == _KEEPALIVE:
-                pass
-            else:
-                self.counters[("frame_dropped", t, "unknown_type")] += 1
-        self._after(now)
-
-    # ------------------------------------------------------------------ timers
-
-    def next_deadline(self) -> float:
-        """When :meth:`handle_timer` must next run. Kept up to date by every timer change."""
-        return self._deadline
-
-    def _recompute_deadline(self) -> None:
-        d = min(self.next_maintain, self.next_tree_maintenance, self.next_coords_sweep, self.ping.next_deadline())
-        if self.broadcasts_enabled:
-            d = min(d, self.next_broadcast)
-        if self.hold_until is not None:
-            d = min(d, self.hold_until)
-        self._deadline = min(d, self.snek.next_deadline())
-
-    def handle_timer(self, now: float) -> None:
-        self.transit.clear()
-        if self.hold_until is not None and now >= self.hold_until:
-            self.hold_until = None
-            self.waiting = False
-            if self._select_parent(now):
-                self.snek.bootstrap_soon(now)
-        if now >= self.next_tree_maintenance:
-            self._tree_maintenance(now)
-        if now >= self.next_maintain:
-            self.next_maintain = max(self.next_maintain + self.t.maintain_interval_s, now)
-            self.snek.maintain(now)
-        if now >= self.next_coords_sweep:
-            self._sweep_coords_cache(now)
-        if self.broadcasts_enabled and now >= self.next_broadcast:
-            self._broadcast_tick(now)
-        self.ping.handle_timer(now)
-        self._recompute_deadline()
-        self._after(now)
-
-    # ------------------------------------------------------------------ output
-
-    def drain(self) -> Output:
-        """Take every output accumulated since the last drain (see :class:`~node.core.state.Output`)."""
-        sends: Sequence[Send] = self.outbox
-        if sends:
-            self.outbox = []
-        else:
-            sends = _NOTHING
-        disconnects: Sequence[tuple[int, str]] = self.disconnects
-        if disconnects:
-            self.disconnects = []
-        else:
-            disconnects = _NOTHING
-        delivered: Sequence[Frame] = self.delivered
-        if delivered:
-            self.delivered = []
-        else:
-            delivered = _NOTHING
-        events: Sequence[tuple[str, dict[str, Any]]] = self.events
-        if events:
-            self.events = []
-        else:
-            events = _NOTHING
-        results = self.ping.results
-        if results:
-            self.ping.results = []
-        return Output(sends, disconnects, delivered, events, results or _NOTHING, self._deadline)  # type: ignore[arg-type]
-
-    # ------------------------------------------------------------------ observation
-
-    def emit(self, kind: str, **fields: Any) -> None:
-        self.events.append((kind, fields))
-
-    def _snapshot(self) -> tuple:
-        p = self._parent_state()
-        if p is None:
-            return (self.key, self.own_seq, None, ())
-        return (p.root.key, p.root.seq, p.key, p.ports)  # type: ignore[union-attr]
-
-    def _after(self, now: float) -> None:
-        """Emit root/parent/coords change events after any input that touched the tree."""
-        if not self._touched:
-            return
-        self._touched = False
-        snap = self._snapshot()
-        old = self._snap
-        if snap[0] is old[0] and snap[1] == old[1] and snap[2] is old[2] and snap[3] is old[3]:
-            return  # nothing moved (identity checks: the common case costs almost nothing)
-        self._snap = snap
-        if snap[:2] != old[:2]:
-            self.emit("root_changed", root=snap[0].hex(), root_seq=snap[1], prev_root=old[0].hex())
-        if snap[2] != old[2]:
-            self.emit(
-                "parent_changed",
-                parent=snap[2].hex() if snap[2] else None,
-                prev_parent=old[2].hex() if old[2] else None,
-            )
-        if snap[3] != old[3]:
-            self.emit("coords_changed", coords=list(snap[3]))
+    @property
+    def fast_forwards(self) -> int:
+        """Transit frames forwarded from the transit cache."""
+        return self.forwarding.fast_forwards
 
     def routes(self, now: float) -> list[dict[str, Any]]:
         """The admin API's ``GET /routes``: every routing-table entry still valid at ``now``, lowest key first."""
@@ -336,15 +411,16 @@ class Router(ForwardMixin):
     def state(self, now: float | None = None) -> dict[str, Any]:
         """The admin API's ``GET /state`` document. With ``now``, an expired descending entry (not yet
         cleared by maintenance, and no longer used for routing) is reported as none."""
-        root = self.root
+        tree = self.tree
+        root = tree.root
         desc = self.snek.descending
         if desc is not None and now is not None and not desc.valid(now):
             desc = None
         return {
             "public_key": self.key.hex(),
             "root": {"key": root.key.hex(), "sequence": root.seq},
-            "parent": self.peers[self.parent].key.hex() if self.parent is not None else None,
-            "coords": list(self.coords),
+            "parent": self.peers[tree.parent].key.hex() if tree.parent is not None else None,
+            "coords": list(tree.coords),
             "descending": desc.key.hex() if desc is not None else None,
             "peers": [
                 {"port": p, "key": q.key.hex(), "link_type": q.link_type, "coords": list(q.coords)}

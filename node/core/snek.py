@@ -178,17 +178,8 @@ class SnekView:
         self.dirty = False
 
     def next_hop(
-        self,
-        own: bytes,
-        dest: bytes,
-        bootstrap: bool,
-        wm: Watermark,
-        parent: int | None,
-        root_key: bytes,
-        peers: dict[int, PeerState],
-        table: RoutingTable,
-        now: float,
-        only_root: Root | None = None,
+        self, own: bytes, dest: bytes, bootstrap: bool, wm: Watermark, parent: int | None, root_key: bytes,
+        peers: dict[int, PeerState], table: RoutingTable, now: float, only_root: Root | None = None,
     ) -> NextHop:
         """§6.3, indexed. Same inputs and result as :func:`next_hop_reference`.
 

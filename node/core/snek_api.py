@@ -7,7 +7,8 @@ state and the frame types of its own messages (the reference: Bootstrap, type 2;
 stay in the router and ask the variant only for :meth:`SnekStrategy.next_hop`.
 
 A variant is built as ``factory(host, now)`` where ``host`` is the router seen through
-:class:`SnekHost`: the state a variant may read and the outputs it may write.
+:class:`SnekHost`: the state a variant may read and the outputs it may write (the router builds it from
+its parts: :class:`node.core.host.RouterHost`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,19 @@ class SnekHost(Protocol):
     identity: Identity
     t: Timers
     peers: dict[int, PeerState]
-    parent: int | None
-    outbox: list[Send]
     counters: Counter[tuple]
     detail_events: bool
     max_routes: int
     #: every knob of node.core.variants.KNOBS by name (defaults filled in); a variant reads those it honours
     knobs: dict[str, Any]
+
+    @property
+    def parent(self) -> int | None:
+        """Our parent's port (§5.5), None for a root."""
+
+    @property
+    def outbox(self) -> list[Send]:
+        """Where a variant appends the ``(port, frame)`` pairs it sends (read it each time: a drain replaces it)."""
 
     @property
     def root(self) -> Root:

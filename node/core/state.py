@@ -2,6 +2,8 @@
 
 * :class:`Timers` and :data:`MAX_PORTS`: the protocol constants (§3.3, §9);
 * :class:`PeerState` and :func:`tree_distance`: one port's stored announcement and the §5.8 metric;
+* :class:`Outbox`: where the router's parts put what they want done (frames to send, delivered traffic,
+  events, counters), until :meth:`node.core.router.Router.drain` takes it;
 * :class:`Output`: what :meth:`node.core.router.Router.drain` hands the shell in one call; each send
   carries a :class:`~node.core.types.Frame` or, on the transit fast path, an :class:`Encoded` frame
   (:func:`frame_bytes` gives the bytes of either).
@@ -11,6 +13,7 @@ This module imports nothing of the router's own modules, so all of them can impo
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -20,7 +23,10 @@ from .announce import ParsedAnnouncement
 from .ping import PingResult
 from .types import Announcement, Frame, Root, Watermark
 
-__all__ = ["MAX_PORTS", "Encoded", "Output", "PeerState", "Send", "Timers", "frame_bytes", "tree_distance", "with_watermark"]
+__all__ = [
+    "MAX_PORTS", "Encoded", "Outbox", "Output", "PeerState", "Send", "Timers", "frame_bytes", "tree_distance", "wall_ms",
+    "with_watermark",
+]  # fmt: skip
 
 MAX_PORTS: Final = 253  # remote ports 1..253 (§3.3)
 
@@ -100,6 +106,34 @@ class Encoded(NamedTuple):
 
 
 Send = tuple[int, "Frame | Encoded"]  # (port, frame): Traffic goes on the traffic queue, the rest on the protocol queue
+
+
+class Outbox:
+    """What the router's parts want done, kept until the next :meth:`~node.core.router.Router.drain`.
+
+    Every part is given the router's one outbox when it is built and only ever adds to it: ``sends``
+    (``(port, frame)`` in order), ``delivered`` (Traffic for the local application), ``events``
+    (:meth:`emit`) and ``counters``. ``disconnects`` are the router's own (the peers it dropped). ``drain``
+    replaces the lists (never ``counters``), so a part reads ``outbox.sends`` each time it appends.
+    """
+
+    __slots__ = ("counters", "delivered", "disconnects", "events", "sends")
+
+    def __init__(self) -> None:
+        self.sends: list[Send] = []
+        self.disconnects: list[tuple[int, str]] = []
+        self.delivered: list[Frame] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.counters: Counter[tuple[Any, ...]] = Counter()
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Log an observation event ``(kind, fields)``."""
+        self.events.append((kind, fields))
+
+
+def wall_ms(offset_ms: int, now: float) -> int:
+    """Protocol time ``now`` (seconds) as wall-clock milliseconds, the router's clock starting at ``offset_ms``."""
+    return offset_ms + int(now * 1000)
 
 
 def frame_bytes(item: Frame | Encoded) -> bytes:

@@ -142,7 +142,7 @@ def _hit(r: Router, port: int, raw: bytes, now: float) -> int:
     second = r.drain().sends
     assert r.fast_forwards == before + 1 and type(second[0][1]) is Encoded
     assert [(p, frame_bytes(f)) for p, f in first] == [(p, frame_bytes(f)) for p, f in second]
-    assert r.transit.entries
+    assert r.forwarding.transit.entries
     return second[0][0]
 
 
@@ -161,7 +161,7 @@ def test_removing_the_next_peer_empties_the_cache() -> None:
     out = _hit(r, ports[0], raw, T0)
     assert out == ports[2]
     r.remove_peer(ports[2], T0, "eof")
-    assert not r.transit.entries
+    assert not r.forwarding.transit.entries
     assert all(p != ports[2] for p, _ in _full_path(r, ports[0], raw, T0))
 
 
@@ -171,7 +171,7 @@ def test_a_parent_change_empties_the_cache() -> None:
     raw = _traffic(IDS[1].public_key, IDS[3].public_key, destination_coords=(11,), source_coords=(12,))
     assert _hit(r, ports[2], raw, T0) == ports[1]  # tree routing to IDS[1] (coordinates (11,))
     r.bytes_received(ports[1], [(1, _announcement_via(IDS[1], 11, seq=2))], T0)  # ROOT's next sequence, via IDS[1]
-    assert r.parent == ports[1] and not r.transit.entries
+    assert r.parent == ports[1] and not r.forwarding.transit.entries
     r.drain()
     _full_path(r, ports[2], raw, T0)
 
@@ -184,7 +184,7 @@ def test_route_expiry_bounds_the_cache_without_a_timer() -> None:
     assert r.table.get(far.public_key) is not None
     raw = _traffic(far.public_key, IDS[0].public_key, source_coords=(1,))
     assert _hit(r, ports[0], raw, T0 + 1) == ports[3]
-    assert r.transit.until == T0 + 10  # the peers' bootstraps (at T0) expire first
+    assert r.forwarding.transit.until == T0 + 10  # the peers' bootstraps (at T0) expire first
     r.bytes_received(ports[0], [(3, raw)], T0 + 9.99)
     assert type(r.drain().sends[0][1]) is Encoded  # still valid just before
     _full_path(r, ports[0], raw, T0 + 10)  # no handle_timer in between: the bound alone ends it
@@ -195,7 +195,7 @@ def test_a_timer_empties_the_cache() -> None:
     raw = _traffic(IDS[3].public_key, IDS[0].public_key, source_coords=(1,))
     _hit(r, ports[0], raw, T0)
     r.handle_timer(T0 + 0.5)
-    assert not r.transit.entries
+    assert not r.forwarding.transit.entries
     r.drain()
     _full_path(r, ports[0], raw, T0 + 0.5)
 
@@ -205,11 +205,11 @@ def test_any_other_frame_empties_the_cache() -> None:
     raw = _traffic(IDS[3].public_key, IDS[0].public_key, source_coords=(1,))
     _hit(r, ports[0], raw, T0)
     r.bytes_received(ports[1], [(0, wire.encode_frame(Frame(FrameType.KEEPALIVE)))], T0)
-    assert not r.transit.entries
+    assert not r.forwarding.transit.entries
     _full_path(r, ports[0], raw, T0)
     _hit(r, ports[0], raw, T0)
     r.add_peer(identities(1, "transit-new")[0].public_key, 3, T0)
-    assert not r.transit.entries
+    assert not r.forwarding.transit.entries
 
 
 def test_hop_limiting_and_pings_never_take_the_fast_path() -> None:
@@ -222,4 +222,4 @@ def test_hop_limiting_and_pings_never_take_the_fast_path() -> None:
     src, dst = IDS[0].public_key, IDS[3].public_key
     ping = _traffic(dst, src, wire.encode_ping(0, 1, src, dst), source_coords=(1,))
     hops = [wire.decode_ping(wire.decode_frame(_full_path(r, ports[0], ping, T0)[0][1]).payload)[1] for _ in range(3)]
-    assert hops == [2, 2, 2] and not r.transit.entries  # each hop counted, never cached
+    assert hops == [2, 2, 2] and not r.forwarding.transit.entries  # each hop counted, never cached

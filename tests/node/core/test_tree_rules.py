@@ -56,7 +56,7 @@ def tree_bench() -> tuple[Bench, int, int]:
     b = Bench(ME)
     p = b.join(P, [R])
     s = b.join(S)
-    assert b.r.parent == p and b.r.root == Root(k(8), 1) and b.r.own_seq == 1
+    assert b.r.parent == p and b.r.root == Root(k(8), 1) and b.r.tree.own_seq == 1
     b.drain()
     return b, p, s
 
@@ -73,7 +73,7 @@ def test_3_6_first_frame_is_own_root_announcement_when_root() -> None:
     x = b.connect(P)
     out = b.drain()
     assert len(out) == 1 and out[0][1].type == FrameType.TREE_ANNOUNCEMENT
-    assert summary(out) == own_root_to([x], b.r.own_seq)
+    assert summary(out) == own_root_to([x], b.r.tree.own_seq)
 
 
 def test_3_6_first_frame_is_parents_announcement_signed_for_the_new_port() -> None:
@@ -97,7 +97,7 @@ def test_5_2_root_reannounces_every_30_min_with_the_next_seq() -> None:
 
 def test_5_2_non_root_never_bumps_its_own_seq() -> None:
     b, _, _ = tree_bench()
-    assert timer_announcements(b.tick(3600.0)) == [] and b.r.own_seq == 1
+    assert timer_announcements(b.tick(3600.0)) == [] and b.r.tree.own_seq == 1
 
 
 def test_5_6_becoming_root_restarts_the_30_min_timer() -> None:
@@ -182,7 +182,7 @@ def test_5_3_step3_equal_seq_and_other_roots_are_not_replays() -> None:
 def test_5_3_step6_stored_while_waiting_but_not_acted_on() -> None:
     b, p, s = tree_bench()
     b.at(1.0).announce(p, chain([R, P]))  # a repeat from the parent: root with hold
-    assert b.r.waiting and b.r.parent is None
+    assert b.r.tree.waiting and b.r.parent is None
     b.drain()
     b.at(1.2).announce(s, chain([SR, S]))  # a stronger root, while waiting
     assert b.r.peers[s].root == Root(k(9), 1)  # stored...
@@ -192,7 +192,7 @@ def test_5_3_step6_stored_while_waiting_but_not_acted_on() -> None:
     b.announce(t, chain([K[1]]))  # a first announcement while waiting: only §5.3 step 4's broadcast
     assert [(port, f.type) for port, f in b.drain()] == [(t, FrameType.WAKEUP_BROADCAST)]
     b.at(2.0)  # the hold ends: parent selection finds the stored announcement
-    assert not b.r.waiting and b.r.parent == s and b.r.root == Root(k(9), 1)
+    assert not b.r.tree.waiting and b.r.parent == s and b.r.root == Root(k(9), 1)
 
 
 # ------------------------------------------------------------------ §5.4 decision table: P is the parent
@@ -201,28 +201,28 @@ def test_5_3_step6_stored_while_waiting_but_not_acted_on() -> None:
 def test_5_4_parent_loop_becomes_root_with_hold() -> None:
     b, p, s = tree_bench()
     b.announce(p, chain([R, ME, P], root_seq=2))  # a newer seq, but through us: the loop row wins
-    assert b.r.parent is None and b.r.waiting and b.r.own_seq == 2
+    assert b.r.parent is None and b.r.tree.waiting and b.r.tree.own_seq == 2
     assert summary(b.drain()) == own_root_to([p, s], 2)
 
 
 def test_5_4_parent_weaker_root_becomes_root_with_hold() -> None:
     b, p, s = tree_bench()
     b.announce(p, chain([K[6], P]))
-    assert b.r.parent is None and b.r.waiting and b.r.own_seq == 2
+    assert b.r.parent is None and b.r.tree.waiting and b.r.tree.own_seq == 2
     assert summary(b.drain()) == own_root_to([p, s], 2)
 
 
 def test_5_4_parent_repeat_same_seq_becomes_root_with_hold() -> None:
     b, p, s = tree_bench()
     b.announce(p, chain([R, P]))
-    assert b.r.parent is None and b.r.waiting and b.r.own_seq == 2
+    assert b.r.parent is None and b.r.tree.waiting and b.r.tree.own_seq == 2
     assert summary(b.drain()) == own_root_to([p, s], 2)
 
 
 def test_5_4_parent_stronger_root_accepted_and_sent_to_all_including_parent() -> None:
     b, p, s = tree_bench()
     b.announce(p, chain([SR, P]))
-    assert b.r.parent == p and not b.r.waiting and b.r.root == Root(k(9), 1)
+    assert b.r.parent == p and not b.r.tree.waiting and b.r.root == Root(k(9), 1)
     via_p = [k(9), k(7), ME.public_key]
     assert summary(b.drain()) == [(p, Root(k(9), 1), via_p), (s, Root(k(9), 1), via_p)]
 
@@ -230,7 +230,7 @@ def test_5_4_parent_stronger_root_accepted_and_sent_to_all_including_parent() ->
 def test_5_4_parent_newer_seq_accepted_and_sent_to_all() -> None:
     b, p, s = tree_bench()
     b.announce(p, chain([R, P], root_seq=2))
-    assert b.r.parent == p and not b.r.waiting and b.r.root == Root(k(8), 2)
+    assert b.r.parent == p and not b.r.tree.waiting and b.r.root == Root(k(8), 2)
     via_p = [k(8), k(7), ME.public_key]
     assert summary(b.drain()) == [(p, Root(k(8), 2), via_p), (s, Root(k(8), 2), via_p)]
     # The table's last parent row ("otherwise: nothing") would be a lower seq of the same root,
@@ -356,11 +356,11 @@ def test_5_6_hold_lasts_1_s_then_reselects_and_bootstraps_soon() -> None:
     assert b.r.parent == p
     b.tick(10.5)
     b.announce(p, chain([K[6], P]))  # bad news from the parent
-    assert b.r.waiting and b.r.parent is None
+    assert b.r.tree.waiting and b.r.parent is None
     sent = b.tick(11.49)
-    assert b.r.waiting and b.r.parent is None and timer_announcements(sent) == []
+    assert b.r.tree.waiting and b.r.parent is None and timer_announcements(sent) == []
     sent = b.tick(11.5)
-    assert not b.r.waiting and b.r.parent == q and b.r.root == Root(k(8), 1)  # R via Q beats K6 via P
+    assert not b.r.tree.waiting and b.r.parent == q and b.r.root == Root(k(8), 1)  # R via Q beats K6 via P
     via_q = [k(8), k(4), ME.public_key]
     assert timer_announcements(sent) == [(port, Root(k(8), 1), via_q) for port in (p, s, q)]
     assert bootstrap_times(b.tick(12.0)) == [12.0]  # "soon": the last one was at 10.0, the period says 15.0
@@ -394,20 +394,20 @@ def test_3_7_parent_lost_with_alternative_reparents_and_bootstraps_soon() -> Non
 def test_3_7_parent_lost_without_alternative_becomes_root() -> None:
     b, p, s = tree_bench()
     b.r.remove_peer(p, b.now)
-    assert b.r.parent is None and b.r.own_seq == 2
+    assert b.r.parent is None and b.r.tree.own_seq == 2
     assert summary(b.drain()) == own_root_to([s], 2)
 
 
 def test_3_7_last_peer_gone_full_reset_keeps_own_seq() -> None:
     b = Bench(ME)
     b.tick(3600.0)  # tree maintenance while root: t=0 -> 1, 1800 -> 2, 3600 -> 3
-    assert b.r.own_seq == 3
+    assert b.r.tree.own_seq == 3
     p = b.join(P, [R])
     b.send(p, bootstrap_frame(K[3], 10, Root(k(8), 1)))
     assert b.r.table.get(k(3)) is not None and b.r.descending is not None
     b.at(3601.0).r.remove_peer(p, b.now)
-    assert (b.r.parent, b.r.descending, len(b.r.table), b.r.waiting) == (None, None, 0, False)
-    assert b.r.own_seq == 4 and b.r.root == Root(ME.public_key, 4)  # kept, then bumped by start-up maintenance
+    assert (b.r.parent, b.r.descending, len(b.r.table), b.r.tree.waiting) == (None, None, 0, False)
+    assert b.r.tree.own_seq == 4 and b.r.root == Root(ME.public_key, 4)  # kept, then bumped by start-up maintenance
     assert b.r.next_deadline() == b.now  # SNEK maintenance restarts at once, as at start-up
     x = b.join(K[6], [R])
     assert b.r.peers[x].order == 1  # the receive order counter restarted from 0
@@ -444,10 +444,10 @@ def test_5_8_next_hop_never_to_a_peer_not_strictly_closer() -> None:
     a = b.join(K[2], [K[9]], ports=[2, 1])
     b.join(K[3], [K[9]], ports=[3, 1])
     assert b.r.coords == (1,)
-    assert b.r.tree_next_hop((4,), p) is None  # A and C are 2 away, like us
-    assert b.r.tree_next_hop((4,), LOCAL_PORT) == p
-    assert b.r.tree_next_hop((2, 7), p) == a
-    assert b.r.tree_next_hop((1,), p) == LOCAL_PORT
+    assert b.r.tree.next_hop((4,), p) is None  # A and C are 2 away, like us
+    assert b.r.tree.next_hop((4,), LOCAL_PORT) == p
+    assert b.r.tree.next_hop((2, 7), p) == a
+    assert b.r.tree.next_hop((1,), p) == LOCAL_PORT
     b.drain()
     b.send(p, traffic_frame(k(0), k(8), dest_coords=(4,)))
     # not tree-forwarded to A or C: SNEK-routed instead, to A (K2 is the closest key above K0)
@@ -456,17 +456,17 @@ def test_5_8_next_hop_never_to_a_peer_not_strictly_closer() -> None:
 
 def test_5_8_tie_break_lower_link_type() -> None:
     b, x, _a, c = siblings(link_a=LinkType.REMOTE, link_c=LinkType.MULTICAST)
-    assert b.r.tree_next_hop((4, 9), x) == c  # A and C are both 3 away (we are 4)
+    assert b.r.tree.next_hop((4, 9), x) == c  # A and C are both 3 away (we are 4)
 
 
 def test_5_8_tie_break_lower_receive_order() -> None:
     b, x, a, c = siblings(c_first=True)
-    assert a < c and b.r.tree_next_hop((4, 9), x) == c
+    assert a < c and b.r.tree.next_hop((4, 9), x) == c
     b, x, a, c = siblings(c_first=False)
-    assert b.r.tree_next_hop((4, 9), x) == a
+    assert b.r.tree.next_hop((4, 9), x) == a
 
 
 def test_5_8_peer_with_another_root_is_skipped() -> None:
     b, x, a, c = siblings(c_path=[4])  # C announces root K4, coords (4,): closest, but another root
     assert b.r.peers[c].coords == (4,)
-    assert b.r.tree_next_hop((4, 9), x) == a
+    assert b.r.tree.next_hop((4, 9), x) == a
