@@ -11,9 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import docker
+from typing import TYPE_CHECKING, Any
 
 from contract.links import LinkShape
 from netem.plan import ShapingBackend, iptables_check_argv, plan_link
@@ -21,6 +19,9 @@ from orchestrator.backends.docker_net import LABEL_LINK, LABEL_NODE, LABEL_ROLE,
 from orchestrator.backends.shaping import ShapingError
 from orchestrator.backends.shaping import find_dev as _netem_find_dev
 from orchestrator.backends.shaping import nsenter_run as _nsenter
+
+if TYPE_CHECKING:
+    import docker
 
 __all__ = ["LinkEndpoint", "link_endpoints", "find_dev", "shape_endpoint"]
 
@@ -81,6 +82,8 @@ def link_endpoints(run_id: str, client: docker.DockerClient | None = None, *,
     Raises DockerBackendError when a dev cannot be found.
     """
     if client is None:
+        import docker  # the SDK loads only here: importing this module (tools.capture does) needs no docker extra
+
         client = docker.from_env()
     api = client.api
     nodes: dict[str, tuple[str, int]] = {}

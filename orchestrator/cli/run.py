@@ -1,6 +1,7 @@
 """``snekbed up|status|ping|kill-root|down|compose``: runs of a topology as containers (or in-process).
 
-Without ``--run-id`` every command acts on the most recent run (``runs/LATEST``).
+The command line only: what the commands do is :mod:`orchestrator.sessions.lifecycle` (and
+:mod:`orchestrator.tools.compose`). Without ``--run-id`` every command acts on the most recent run (``runs/LATEST``).
 ``up`` loads and validates the topology before anything touches Docker, so a bad
 file fails with its file, line and field and nothing is created. When ``up`` fails or
 is interrupted (Ctrl-C) after that, it removes every container and network it created
@@ -16,32 +17,40 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from netem.plan import ShapingBackend
 from node.core.variants import VariantError, VariantSpec
 
-from orchestrator.backends.docker_net import DEFAULT_POOL, DockerBackendError
-from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
-from orchestrator.tools.monitoring import monitor_docker_run
-from orchestrator.model.runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
-from orchestrator.sessions.sim import run_sim_sync
+from orchestrator.backends.docker_net import DockerBackendError
 from orchestrator.cli.render import sim_table
-from orchestrator.sessions.sim import config_from_topology, refused_sentence
+from orchestrator.model.runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
+from orchestrator.sessions.lifecycle import (
+    DEFAULT_HOST_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    UpCallbacks,
+    UpError,
+    open_session,
+    rolled_back,
+    status_report,
+    take_down,
+    up_docker,
+    up_inproc,
+)
+from orchestrator.sessions.sim import refused_sentence
+from orchestrator.tools.compose import COMPOSE_POOL, ComposeError, write_compose
 
 __all__ = ["up", "status", "ping", "kill_root", "down", "compose"]
-
-DEFAULT_TIMEOUT_S = 120.0
 
 runs_dir_option = click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                                help="Where run directories live [default: $SNEKBED_RUNS_DIR or ./runs].")
 run_id_option = click.option("--run-id", default=None, help="The run to act on [default: the most recent run].")
+#: what reopening a live run can raise (a run of another backend, a bad topology.json, an engine away)
+_SESSION_ERRORS = (RunError, TopologyError, DockerBackendError)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -66,36 +75,18 @@ def _open(runs_dir: Path | None, run_id: str | None) -> RunDir:
 
 
 def _session(run: RunDir) -> Any:
-    from orchestrator.backends.docker_session import DockerSession
-
-    backend = run.meta().get("backend")
-    if backend not in ("docker", "swarm"):  # say so before needing an engine
-        raise click.ClickException(f"run {run.run_id} used the {backend or 'unknown'!r} backend: only Docker and "
-                                   "swarm runs are live (status shows what an in-process run recorded)")
     try:
-        return DockerSession.open(run, _backend(swarm=backend == "swarm"))
-    except (RunError, TopologyError, DockerBackendError) as exc:
+        return open_session(run)
+    except _SESSION_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _backend(pool: str | None = None, workers: int = 8, *, swarm: bool = False) -> Any:
-    """The Docker backend, or with ``swarm`` the swarm backend (this engine must manage a swarm)."""
-    import docker
-    import docker.errors
-
-    from orchestrator.backends.docker import DockerBackend
-    from orchestrator.backends.swarm import SwarmBackend
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        raise click.ClickException(f"cannot reach the Docker engine: {exc}") from None
-    return (SwarmBackend if swarm else DockerBackend)(client, pool=pool or DEFAULT_POOL, workers=workers)
 
 
 def _short(key: str | None) -> str:
     return key[:12] if key else "-"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _node_table(report: dict[str, Any], title: str) -> Any:
@@ -146,7 +137,7 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
                    "printed) scraping every node; `snekbed down` removes it with the run. docs/monitoring.md")
 @click.option("--prometheus-image", default=None, metavar="IMAGE",
               help="Prometheus image for --monitoring [default: build or reuse snekbed-prometheus, no registry needed].")
-@click.option("--host-timeout-s", type=float, default=600.0, show_default=True,
+@click.option("--host-timeout-s", type=float, default=DEFAULT_HOST_TIMEOUT_S, show_default=True,
               help="Docker, topologies with host nodes (host: true): how long to wait for each to be started with "
                    "the printed `snekbed node` command and answer on its admin API.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
@@ -172,7 +163,7 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
         if monitoring:
             raise click.UsageError("--monitoring runs Prometheus next to Docker nodes; watch an in-process run with "
                                    "`snekbed sim --clock real --metrics HOST:PORT`")
-        _up_inproc(topo, run, seed=seed, timeout_s=timeout_s, as_json=as_json)
+        _print_inproc(up_inproc(topo, run, seed=seed, timeout_s=timeout_s), run, as_json)
         return
     if backend_name == "swarm" and monitoring:
         raise click.UsageError("--monitoring runs Prometheus on the run's control network next to one engine; it is "
@@ -181,32 +172,27 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
     if backend_name == "swarm" and shaping == "kernel":
         raise click.UsageError("--shaping kernel: the swarm backend shapes in the nodes' userspace transport only "
                                "(the kernel backend cannot reach tasks on other hosts)")
-    err = _console(stderr=True)
     try:
-        out = _up_docker(topo, run, seed=seed, timeout_s=timeout_s, shaping=shaping, pool=address_pool, image=image,
-                         workers=workers, as_json=as_json, monitoring=monitoring, prometheus_image=prometheus_image,
-                         host_timeout_s=host_timeout_s, swarm=backend_name == "swarm")
+        done = _up_with_progress(topo, run, as_json=as_json, seed=seed, timeout_s=timeout_s, shaping=shaping,
+                                 pool=address_pool, image=image, workers=workers, monitoring=monitoring,
+                                 prometheus_image=prometheus_image, host_timeout_s=host_timeout_s,
+                                 swarm=backend_name == "swarm")
     except KeyboardInterrupt:
-        err.print(f"[red]interrupted[/]: {_rolled_back(run)}")
+        _console(stderr=True).print(f"[red]interrupted[/]: {rolled_back(run)}")
         sys.exit(130)
-    if not out["converged"]:
+    except (UpError, DockerBackendError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_up(done, topo, run, timeout_s, as_json)
+    if not done.out["converged"]:
         sys.exit(1)
 
 
-def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shaping: str, pool: str | None,
-               image: str | None, workers: int, as_json: bool, monitoring: bool = False,
-               prometheus_image: str | None = None, host_timeout_s: float = 600.0,
-               swarm: bool = False) -> dict[str, Any]:
+def _up_with_progress(topo: Topology, run: RunDir, *, as_json: bool, image: str | None, **options: Any) -> Any:
+    """:func:`up_docker` with its progress as bars on stderr (gone afterwards with --json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.backends.docker_session import choose_shaping, start_run
-    from orchestrator.backends.swarm import SHAPING_WHY
-    from orchestrator.backends.image import ImageError, build_node_image, build_prometheus_image
-
-    backend = _backend(pool, workers, swarm=swarm)
-    err = _console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=as_json) as bar:
+                  console=_console(stderr=True), transient=as_json) as bar:
         tasks: dict[str, Any] = {}
 
         def task(name: str, total: int | None) -> Any:
@@ -214,87 +200,39 @@ def _up_docker(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, shap
                 tasks[name] = bar.add_task(name, total=total)
             return tasks[name]
 
-        try:
-            shaping_choice: tuple[ShapingBackend, str] = (("userspace", SHAPING_WHY) if swarm
-                                                          else choose_shaping(shaping))
-            if image is None:
-                t_img = task("node image", None)
-                info = build_node_image(backend.client, progress=lambda line: bar.update(
-                    t_img, description=f"node image: [dim]{line[:50]}"))
-                image = info.tag
-                bar.update(t_img, total=1, completed=1, description=f"node image {image}")
+        if image is None:
+            task("node image", None)
+        callbacks = UpCallbacks(
+            image_line=lambda line: bar.update(task("node image", None), description=f"node image: [dim]{line[:50]}"),
+            image_built=lambda tag: bar.update(task("node image", None), total=1, completed=1,
+                                               description=f"node image {tag}"),
+            phase=lambda phase, done, total: bar.update(task(phase, total), completed=done, total=total),
+            converging=lambda elapsed, ok, total: bar.update(task("converged nodes", total), completed=ok, total=total,
+                                                             description=f"converged nodes ({elapsed:.1f} s)"),
+            # host nodes: the commands to run, on stderr, never wrapped
+            announce=lambda text: bar.console.print(text, markup=False, highlight=False, soft_wrap=True),
+        )
+        return up_docker(topo, run, image=image, callbacks=callbacks, **options)
 
-            def progress(phase: str, done: int, total: int) -> None:
-                bar.update(task(phase, total), completed=done, total=total)
 
-            def converging(elapsed: float, ok: int, total: int) -> None:
-                bar.update(task("converged nodes", total), completed=ok, total=total,
-                           description=f"converged nodes ({elapsed:.1f} s)")
-
-            if monitoring and prometheus_image is None:
-                prometheus_image = build_prometheus_image(backend.client)
-            def announce(text: str) -> None:  # host nodes: the commands to run, on stderr, never wrapped
-                bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
-
-            session, result, conv = start_run(topo, run, backend=backend, image=image, seed=seed,
-                                              shaping=shaping_choice, timeout_s=timeout_s, progress=progress,
-                                              converge_progress=converging, announce=announce,
-                                              host_timeout_s=host_timeout_s)
-        except (DockerBackendError, ImageError, RunError) as exc:
-            raise click.ClickException(f"{exc}\n({_rolled_back(run)})") from None
-    prometheus_url = None
-    if monitoring:
-        assert prometheus_image is not None
-        try:
-            prometheus_url = monitor_docker_run(backend.client, result.plan, image=prometheus_image).prometheus.url
-        except (OSError, RuntimeError) as exc:
-            raise click.ClickException(f"{exc}\n(the run is up: `snekbed down --run-id {run.run_id}` removes it)")
-        run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
-    out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topo.name, "backend": backend.name,
-           "nodes": len(result.containers) + len(result.hosts),
-           "host_nodes": {n: h.to_dict() for n, h in result.hosts.items()},
-           "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
-           "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
-           "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url}
+def _print_up(done: Any, topo: Topology, run: RunDir, timeout_s: float, as_json: bool) -> None:
+    out, conv, result = done.out, done.convergence, done.result
     if out["links_refused"]:
         click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
     if as_json:
         click.echo(json.dumps(out))
-    else:
-        con = _console()
-        con.print(_node_table(session.status(), f"snekbed up: {topo.name} (run {run.run_id})"))
-        state = "[green]converged[/]" if conv.converged else f"[red]not converged after {timeout_s:g} s[/]"
-        con.print(f"{state}: tree {_fmt(conv.tree_s)} s, snake {_fmt(conv.snake_s)} s after the last container "
-                  f"started; networks {result.network_s:.1f} s, containers {result.container_s:.1f} s; "
-                  f"shaping {result.shaping_backend}; run dir {run.path}")
-        if prometheus_url:
-            con.print(f"Prometheus: {prometheus_url} (scrapes every node of the run; removed by snekbed down)")
-    return out
+        return
+    con = _console()
+    con.print(_node_table(done.session.status(), f"snekbed up: {topo.name} (run {run.run_id})"))
+    state = "[green]converged[/]" if conv.converged else f"[red]not converged after {timeout_s:g} s[/]"
+    con.print(f"{state}: tree {_fmt(conv.tree_s)} s, snake {_fmt(conv.snake_s)} s after the last container "
+              f"started; networks {result.network_s:.1f} s, containers {result.container_s:.1f} s; "
+              f"shaping {result.shaping_backend}; run dir {run.path}")
+    if out["prometheus"]:
+        con.print(f"Prometheus: {out['prometheus']} (scrapes every node of the run; removed by snekbed down)")
 
 
-def _rolled_back(run: RunDir) -> str:
-    """What the rollback of a failed or interrupted ``up`` did (start_run removed it by label), in words."""
-    done = run.meta().get("rollback")
-    if done is None:
-        return f"run {run.run_id}: nothing was created on the engine"
-    left = done.get("containers_left", 0) or done.get("networks_left", 0)
-    said = (f"run {run.run_id} rolled back: removed {done.get('containers_removed', 0)} containers and "
-            f"{done.get('networks_removed', 0)} networks")
-    if left or done.get("errors"):
-        said += (f"; LEFT {done.get('containers_left', 0)} containers, {done.get('networks_left', 0)} networks "
-                 f"({'; '.join(done.get('errors') or [])}): `snekbed down --run-id {run.run_id}` removes them")
-    return said
-
-
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _up_inproc(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, as_json: bool) -> None:
-    cfg = config_from_topology(topo, seed=seed, record=run.path, run_id=run.run_id, max_time_s=max(timeout_s, 60.0),
-                               boot_spread_s=DEFAULT_BOOT_SPREAD_S)  # fmt: skip
-    out = run_sim_sync(cfg)
-    out["run_id"] = run.run_id
+def _print_inproc(out: dict[str, Any], run: RunDir, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(out))
     else:
@@ -314,12 +252,13 @@ def _up_inproc(topo: Topology, run: RunDir, *, seed: int, timeout_s: float, as_j
 def status(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
     """Show every node of a run: container, root, parent, coordinates, descending; and whether it converged."""
     run = _open(runs_dir, run_id)
-    meta = run.meta()
-    if meta.get("backend") == "inproc":
-        report: dict[str, Any] = {"run_id": run.run_id, "backend": "inproc", "observer": meta.get("observer", {})}
+    try:
+        report = status_report(run)
+    except _SESSION_ERRORS as exc:
+        raise click.ClickException(str(exc)) from None
+    if report["backend"] == "inproc":  # what it recorded
         click.echo(json.dumps(report, indent=None if as_json else 2))
         return
-    report = _session(run).status()
     if as_json:
         click.echo(json.dumps(report))
     else:
@@ -393,21 +332,10 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
     """Remove a run's containers, then its networks (by label; also after a crash or Ctrl-C)."""
     if all_runs and run_id:
         raise click.UsageError("give --run-id or --all, not both")
-    target: str | None = None
-    run: RunDir | None = None
-    if not all_runs:
-        root = runs_root(runs_dir)
-        try:
-            run = open_run(root, run_id)
-            target = run.run_id
-        except RunError as exc:
-            if run_id is None:
-                raise click.ClickException(str(exc)) from None
-            target = run_id  # no directory (another runs dir?): still remove by label
-    report = _down_everywhere(target, run)
-    if run is not None:
-        run.action("down", None, {"containers_removed": report.containers_removed,
-                                  "networks_removed": report.networks_removed, "errors": report.errors})
+    try:
+        target, report = take_down(runs_dir, run_id, all_runs=all_runs)
+    except (RunError, DockerBackendError) as exc:
+        raise click.ClickException(str(exc)) from None
     out = {"run_id": target, **dataclasses.asdict(report)}
     if as_json:
         click.echo(json.dumps(out))
@@ -422,39 +350,6 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
         sys.exit(1)
 
 
-def _down_everywhere(target: str | None, run: RunDir | None) -> Any:
-    """Remove the run's swarm services (when this engine manages a swarm), then its containers and networks.
-
-    Both sweeps go by label, so a swarm run, a Docker run or leftovers of either all go; the
-    report adds them up. Raises ClickException when a swarm run's engine is no swarm manager.
-    """
-    from orchestrator.backends.docker import DownReport
-    from orchestrator.backends.swarm import SwarmBackend, swarm_state
-
-    plain = _backend()
-    is_swarm = run is not None and run.meta().get("backend") == "swarm"
-    state = swarm_state(plain.client)
-    if is_swarm and not state["manager"]:
-        raise click.ClickException(f"run {target} is a swarm run: run `snekbed down` on a manager of its swarm "
-                                   f"(this engine's swarm state: {state['state']})")
-    total = DownReport()
-    if state["manager"]:
-        first = SwarmBackend(plain.client).down(target)
-        total.containers_removed += first.containers_removed
-        total.networks_removed += first.networks_removed
-        total.errors += first.errors
-    second = plain.down(target)
-    total.containers_removed += second.containers_removed
-    total.networks_removed += second.networks_removed
-    total.volumes_removed += second.volumes_removed
-    total.errors += second.errors
-    total.containers_left, total.networks_left = second.containers_left, second.networks_left
-    if state["manager"]:
-        total.containers_left += len(plain.api.services(filters={"label": f"snekbed.run={target}" if target
-                                                                 else "snekbed.run"}))
-    return total
-
-
 @click.command()
 @click.argument("topology", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -464,8 +359,6 @@ def _down_everywhere(target: str | None, run: RunDir | None) -> Any:
 @click.option("--image", default="snekbed-node:latest", show_default=True)
 def compose(topology: Path, output: Path, seed: int, subnet_pool: str | None, image: str) -> None:
     """Write a compose file (docker compose v2 and docker-compose 1.29) for TOPOLOGY."""
-    from orchestrator.tools.compose import COMPOSE_POOL, ComposeError, write_compose
-
     topo = _load(topology)
     try:
         write_compose(topo, output, seed=seed, pool=subnet_pool or COMPOSE_POOL, image=image,

@@ -13,8 +13,8 @@ from node.core.variants import VariantError, VariantSpec
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
 from orchestrator.cli.options import address_option
 from orchestrator.cli.render import sim_table
-from orchestrator.sessions.sim import config_from_topology, run_sim_sync
-from orchestrator.model.topology import Topology, TopologyError
+from orchestrator.sessions.sim import config_from_topology, refused_sentence, run_sim_sync
+from orchestrator.model.topology import TopologyError
 from orchestrator.model.topology_loaders import load_topology
 
 __all__ = ["sim"]

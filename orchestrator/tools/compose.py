@@ -32,7 +32,15 @@ import yaml
 
 from node.core.crypto import Identity
 
-from orchestrator.backends.docker_net import LABEL_LINK, LABEL_NODE, LABEL_ROLE, LABEL_RUN, DockerBackendError, plan_addresses
+from orchestrator.backends.docker_net import (
+    LABEL_LINK,
+    LABEL_NODE,
+    LABEL_ROLE,
+    LABEL_RUN,
+    AddressPlan,
+    DockerBackendError,
+    plan_addresses,
+)
 from orchestrator.backends.docker_plan import (
     LABEL_KEY,
     NODE_ADMIN_PORT,
@@ -43,7 +51,7 @@ from orchestrator.backends.docker_plan import (
     peer_params,
 )
 from orchestrator.tools.monitoring import PROMETHEUS_PORT, prometheus_config
-from orchestrator.model.topology import Topology
+from orchestrator.model.topology import NodeSpec, Topology
 
 __all__ = ["COMPOSE_POOL", "ComposeError", "compose_document", "render_compose", "write_compose", "compose_run_id",
            "PROMETHEUS_IMAGE", "GRAFANA_IMAGE", "prometheus_config_path", "render_prometheus_config"]
@@ -91,43 +99,55 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
     if plan.lan is not None:
         raise ComposeError("multicast nodes are not supported in compose files yet: use `snekbed up` "
                            f"(nodes: {', '.join(sorted(plan.lan.members))})")
-    services: dict[str, Any] = {}
-    for spec in topology.nodes:
-        seed_bytes = spec.seed_bytes(seed)
-        key = Identity(seed_bytes).public_key.hex()
-        command = ["node", "--listen", f"0.0.0.0:{NODE_PEER_PORT}", "--admin", f"0.0.0.0:{NODE_ADMIN_PORT}",
-                   "--metrics", f"0.0.0.0:{NODE_METRICS_PORT}", "--key-seed", seed_bytes.hex(),
-                   "--events", f"{NODE_EVENTS_DIR}/{spec.name}.jsonl", "--run-id", run_id, "--name", spec.name,
-                   "--backoff-max-s", str(REDIAL_MAX_S)]
-        if spec.variant is not None or spec.knobs:
-            command += ["--variant", str(spec.variant_spec())]
-        networks: dict[str, Any] = {"control": {"ipv4_address": plan.control_ip(spec.name)}}
-        for ln in plan.links_of(spec.name):
-            try:
-                query = peer_params(ln.link_class, topology.link_class_of(ln.index).shape)
-            except DockerBackendError as exc:
-                raise ComposeError(f"links[{ln.index}] ({ln.a}-{ln.b}): {exc}") from None
-            peer_ip = ln.net.members[ln.peer_of(spec.name)]
-            if spec.name == ln.dialer:
-                command += ["--peer", f"tcp://{peer_ip}:{NODE_PEER_PORT}?{query}"]
-            else:
-                command += ["--inbound", f"tcp://{peer_ip}?{query}"]
-            networks[f"l{ln.index}"] = {"ipv4_address": ln.net.members[spec.name]}
-        services[spec.name] = {
-            "image": image,
-            "init": True,
-            "hostname": spec.name,
-            "command": command,
-            "labels": {LABEL_RUN: run_id, LABEL_NODE: spec.name, LABEL_KEY: key, LABEL_ROLE: "node"},
-            "networks": networks,
-            "ports": [f"127.0.0.1::{NODE_ADMIN_PORT}"],
-            "volumes": [f"events:{NODE_EVENTS_DIR}"],
-            "stop_grace_period": "5s",
-            "healthcheck": {"test": ["CMD", "python3", "-c", _HEALTHCHECK], "interval": "5s", "timeout": "3s",
-                            "retries": 3},
-        }
+    services = {spec.name: _node_service(topology, plan, spec, run_id=run_id, seed=seed, image=image)
+                for spec in topology.nodes}
+    services.update(_monitoring_services(topology, plan, run_id))
+    return {"services": services, "networks": _networks(plan, run_id),
+            "volumes": {"events": {"labels": {LABEL_RUN: run_id}}}}
+
+
+def _node_service(topology: Topology, plan: AddressPlan, spec: NodeSpec, *, run_id: str, seed: int | str,
+                  image: str) -> dict[str, Any]:
+    """One node's service: ``snekbed node`` with its key, peers (the smaller name dials) and full link shapes."""
+    seed_bytes = spec.seed_bytes(seed)
+    key = Identity(seed_bytes).public_key.hex()
+    command = ["node", "--listen", f"0.0.0.0:{NODE_PEER_PORT}", "--admin", f"0.0.0.0:{NODE_ADMIN_PORT}",
+               "--metrics", f"0.0.0.0:{NODE_METRICS_PORT}", "--key-seed", seed_bytes.hex(),
+               "--events", f"{NODE_EVENTS_DIR}/{spec.name}.jsonl", "--run-id", run_id, "--name", spec.name,
+               "--backoff-max-s", str(REDIAL_MAX_S)]
+    if spec.variant is not None or spec.knobs:
+        command += ["--variant", str(spec.variant_spec())]
+    networks: dict[str, Any] = {"control": {"ipv4_address": plan.control_ip(spec.name)}}
+    for ln in plan.links_of(spec.name):
+        try:
+            query = peer_params(ln.link_class, topology.link_class_of(ln.index).shape)
+        except DockerBackendError as exc:
+            raise ComposeError(f"links[{ln.index}] ({ln.a}-{ln.b}): {exc}") from None
+        peer_ip = ln.net.members[ln.peer_of(spec.name)]
+        if spec.name == ln.dialer:
+            command += ["--peer", f"tcp://{peer_ip}:{NODE_PEER_PORT}?{query}"]
+        else:
+            command += ["--inbound", f"tcp://{peer_ip}?{query}"]
+        networks[f"l{ln.index}"] = {"ipv4_address": ln.net.members[spec.name]}
+    return {
+        "image": image,
+        "init": True,
+        "hostname": spec.name,
+        "command": command,
+        "labels": {LABEL_RUN: run_id, LABEL_NODE: spec.name, LABEL_KEY: key, LABEL_ROLE: "node"},
+        "networks": networks,
+        "ports": [f"127.0.0.1::{NODE_ADMIN_PORT}"],
+        "volumes": [f"events:{NODE_EVENTS_DIR}"],
+        "stop_grace_period": "5s",
+        "healthcheck": {"test": ["CMD", "python3", "-c", _HEALTHCHECK], "interval": "5s", "timeout": "3s",
+                        "retries": 3},
+    }
+
+
+def _monitoring_services(topology: Topology, plan: AddressPlan, run_id: str) -> dict[str, Any]:
+    """Prometheus (profile ``monitoring``) and Grafana (profile ``grafana``) on the control network."""
     monitoring_labels = {LABEL_RUN: run_id, LABEL_ROLE: "monitoring"}
-    services["prometheus"] = {
+    prometheus = {
         # built here without a registry (`snekbed image prometheus`); SNEKBED_PROMETHEUS_IMAGE=prom/prometheus:...
         # switches to the official image, which takes the same entrypoint and flags
         "image": f"${{SNEKBED_PROMETHEUS_IMAGE:-{PROMETHEUS_IMAGE}}}",
@@ -142,7 +162,7 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
         "ports": [f"127.0.0.1:${{SNEKBED_PROMETHEUS_PORT:-{PROMETHEUS_PORT}}}:{PROMETHEUS_PORT}"],
         "labels": monitoring_labels,
     }
-    services["grafana"] = {
+    grafana = {
         "image": f"${{SNEKBED_GRAFANA_IMAGE:-{GRAFANA_IMAGE}}}",
         "profiles": ["grafana"],  # needs a registry (or a local Grafana image): its own profile
         "depends_on": ["prometheus"],
@@ -154,6 +174,11 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
                     "../dashboards:/var/lib/grafana/dashboards:ro"],
         "labels": monitoring_labels,
     }
+    return {"prometheus": prometheus, "grafana": grafana}
+
+
+def _networks(plan: AddressPlan, run_id: str) -> dict[str, Any]:
+    """The control bridge and one internal /29 per link, with the plan's fixed subnets and the run's labels."""
     networks_doc: dict[str, Any] = {
         "control": {"driver": "bridge", "labels": {LABEL_RUN: run_id, LABEL_ROLE: "control"},
                     "ipam": {"config": [{"subnet": plan.control.subnet, "gateway": plan.control.gateway}]}},
@@ -165,7 +190,7 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
                        "snekbed.b": ln.b, "snekbed.class": ln.link_class},
             "ipam": {"config": [{"subnet": ln.net.subnet, "gateway": ln.net.gateway}]},
         }
-    return {"services": services, "networks": networks_doc, "volumes": {"events": {"labels": {LABEL_RUN: run_id}}}}
+    return networks_doc
 
 
 def render_compose(topology: Topology, *, seed: int | str = 0, pool: str = COMPOSE_POOL,

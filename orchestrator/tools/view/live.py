@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker_observe import AdminClient, AdminError
 from orchestrator.backends.inproc import InprocNetwork, SimNode
 from orchestrator.tools.monitoring import NODE_METRICS_PORT
 from orchestrator.model.runs import RunDir
 from orchestrator.tools.view.faults import ActionsTail, FaultLog
 from orchestrator.tools.view.frames import GraphInfo, NodeState, frame_doc, link_id
+
+if TYPE_CHECKING:  # the Docker SDK loads with the backend: `snekbed sim --view` needs no docker extra
+    from orchestrator.backends.docker import DockerBackend
 
 __all__ = ["LiveSource", "DockerLive", "InprocLive", "CONTAINER_STATUS"]
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from contract.links import LinkShape
 from node.core.crypto import Identity, derive_seed
-from orchestrator.cli import run as run_cli
+from orchestrator import cli
+from orchestrator.sessions import lifecycle
 from orchestrator.backends.docker_plan import NODE_EVENTS_DIR, peer_params, plan_launches
 from orchestrator.backends.docker_net import (
     AddressPoolExhausted,
@@ -212,9 +213,9 @@ def test_up_rejects_a_bad_topology_before_touching_docker(tmp_path: Path, monkey
     def no_docker(*_: object, **__: object) -> None:
         raise AssertionError("up touched Docker before validating the topology")
 
-    monkeypatch.setattr(run_cli, "_backend", no_docker)
+    monkeypatch.setattr(lifecycle, "connect", no_docker)
     monkeypatch.setattr("docker.from_env", no_docker)
-    result = CliRunner().invoke(run_cli.up, [str(bad), "--runs-dir", str(tmp_path / "runs"), "--run-id", "never"])
+    result = CliRunner().invoke(cli.main, ["up", str(bad), "--runs-dir", str(tmp_path / "runs"), "--run-id", "never"])
     assert result.exit_code == 1, result.output
     assert f"{bad}:4: links[0].b: unknown node 'zz'" in result.output
     assert not (tmp_path / "runs").exists()
@@ -222,7 +223,7 @@ def test_up_rejects_a_bad_topology_before_touching_docker(tmp_path: Path, monkey
 
 def test_up_inproc_records_a_run_with_the_same_keys_as_docker(tmp_path: Path) -> None:
     runs = ["--runs-dir", str(tmp_path)]
-    result = CliRunner().invoke(run_cli.up, [str(MESH), "--backend", "inproc", "--run-id", "ip1", "--json", *runs])
+    result = CliRunner().invoke(cli.main, ["up", str(MESH), "--backend", "inproc", "--run-id", "ip1", "--json", *runs])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output.strip().splitlines()[-1])
     assert out["run_id"] == "ip1" and out["snake_converged_s"] is not None
@@ -230,9 +231,9 @@ def test_up_inproc_records_a_run_with_the_same_keys_as_docker(tmp_path: Path) ->
     topo = load_topology(MESH)
     launches = plan_launches(topo, plan_addresses(topo, "ip1"), run_id="ip1", seed=0, shaping_backend="userspace")
     assert meta["backend"] == "inproc" and meta["nodes"] == {n: la.key for n, la in launches.items()}
-    status = CliRunner().invoke(run_cli.status, ["--json", *runs])  # the most recent run
+    status = CliRunner().invoke(cli.main, ["status", "--json", *runs])  # the most recent run
     assert status.exit_code == 0 and json.loads(status.output)["backend"] == "inproc"
-    ping = CliRunner().invoke(run_cli.ping, ["n01", "n02", *runs])
+    ping = CliRunner().invoke(cli.main, ["ping", "n01", "n02", *runs])
     assert ping.exit_code == 1 and "used the 'inproc' backend" in ping.output
 
 
