@@ -5,5 +5,7 @@
 * :mod:`.timeline`: replay, rebuilding every node's state at any instant from a run directory;
 * :mod:`.live`: live sources, a Docker run's admin APIs or an in-process network's routers;
 * :mod:`.app`: the starlette app (page, JSON API, server-sent events);
-* :mod:`.cli`: the command.
+* :mod:`.serve`: serving a replay or a live Docker run until interrupted, and ``--check``'s summary;
+
+the command is :mod:`orchestrator.cli.view`.
 """
