@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from orchestrator.model.runs import RunError, open_run, runs_root
-from orchestrator.tools.capture import CaptureError, capture_node, check_capture, install_dissector
+from orchestrator.tools.capture import CaptureError, capture_in_run, check_capture, install_dissector
 
 __all__ = ["capture", "wireshark"]
 
@@ -45,12 +45,8 @@ def capture(node: str, peer: str | None, run_id: str | None, runs_dir: Path | No
         run = open_run(runs_root(runs_dir), run_id)
     except RunError as exc:
         raise click.ClickException(str(exc)) from None
-    if run.meta().get("backend") != "docker":
-        raise click.ClickException(f"run {run.run_id} is not a Docker run (an in-process run writes pcapng with "
-                                   "`snekbed sim --pcap FILE`)")
-    out = output or run.path / "captures" / (f"{node}-{peer}.pcapng" if peer else f"{node}.pcapng")
     try:
-        capture_node(run.run_id, node, out, duration_s, peer=peer)
+        out = capture_in_run(run, node, duration_s, peer=peer, out=output)
         result = check_capture(out) if check else None
     except CaptureError as exc:
         raise click.ClickException(str(exc)) from None

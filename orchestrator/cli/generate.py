@@ -33,14 +33,7 @@ def generate(kind: str, n: int, mean_degree: float, seed: int, link_class: str, 
     """Generate a connected topology: KIND is geometric (random geometric graph: a radio-range model),
     preferential (internet-like, Barabasi-Albert hubs) or random (uniform random links)."""
     try:
-        if kind == "geometric":
-            topo = generators.geometric(n, mean_degree, seed, link_class=link_class, name=name)
-        elif kind == "preferential":
-            topo = generators.preferential(n, int(mean_degree), seed, link_class=link_class, name=name)
-        else:
-            if n > 5000:
-                raise ValueError("random enumerates every pair of nodes: use geometric or preferential above 5000")
-            topo = generators.random_graph(n, max(1, round(mean_degree)), seed, link_class=link_class, name=name)
+        topo = generators.generate(kind, n, mean_degree, seed, link_class=link_class, name=name)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     text = json.dumps(topo.to_dict(), indent=1) if out is not None and out.suffix == ".json" else topo.to_yaml()
@@ -48,6 +41,5 @@ def generate(kind: str, n: int, mean_degree: float, seed: int, link_class: str, 
         click.echo(text, nl=False)
         return
     out.write_text(text)
-    degree = 2 * len(topo.links) / len(topo.node_names)
-    click.echo(f"{out}: {kind}, {len(topo.node_names)} nodes, {len(topo.links)} links, mean degree {degree:.2f}",
-               err=True)
+    click.echo(f"{out}: {kind}, {len(topo.node_names)} nodes, {len(topo.links)} links, mean degree "
+               f"{generators.mean_degree_of(topo):.2f}", err=True)

@@ -3,8 +3,8 @@
 ``links`` acts on a running Docker run (default: the most recent one, ``--run-id``
 to pick): ``apply``/``clear`` shape it from the host (:mod:`orchestrator.backends.shaping_runs`),
 ``show`` prints the record next to the live state, ``check`` measures every link and
-judges it against its class (:mod:`orchestrator.tools.links_check`). The Docker SDK is
-loaded when a command runs.
+judges it against its class (:mod:`orchestrator.tools.links_check`). This module parses, calls
+and prints only.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 import click
 
-from orchestrator.tools.links_check import CheckOptions, check_run, tolerances
-from orchestrator.model.runs import RunError, open_run, runs_root
+from orchestrator.backends.engine import EngineUnreachable, docker_client
 from orchestrator.backends.shaping import ShapingError
 from orchestrator.backends.shaping_runs import apply_run, clear_run, show_run
+from orchestrator.model.runs import RunError, open_run, runs_root
+from orchestrator.tools.links_check import CheckOptions, check_run, tolerances
 
 __all__ = ["links"]
 
@@ -29,24 +30,17 @@ _runs_dir_option = click.option("--runs-dir", type=click.Path(file_okay=False, p
                                 help="Where run directories live [default: $SNEKBED_RUNS_DIR or ./runs].")
 
 
-def _run_id(runs_dir: Path | None, run_id: str | None, sub: str) -> str:
-    """The run's id (default: the latest); ClickException when there is no such run."""
+def _target(runs_dir: Path | None, run_id: str | None, sub: str) -> tuple[str, Any]:
+    """The run's id (default: the latest) and a client of the engine it runs on; ClickException when there is no
+    such run or the engine does not answer."""
     try:
-        return open_run(runs_root(runs_dir), run_id).run_id
+        rid = open_run(runs_root(runs_dir), run_id).run_id
     except RunError as exc:
         raise click.ClickException(f"{exc}; `snekbed links {sub}` {_NEEDS_TOPOLOGY}") from None
-
-
-def _docker_client() -> Any:
-    import docker
-    import docker.errors
-
     try:
-        client = docker.from_env()
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        raise click.ClickException(f"cannot reach the Docker engine: {exc}") from None
-    return client
+        return rid, docker_client()
+    except EngineUnreachable as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _console() -> Any:
@@ -80,9 +74,9 @@ def links() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the shaping record as JSON.")
 def apply(run_id: str | None, runs_dir: Path | None, backend_name: str | None, force: bool, as_json: bool) -> None:
     """Shape both ends of every link of the run with its class (idempotent; also re-applies after a reconnect)."""
-    rid = _run_id(runs_dir, run_id, "apply")
+    rid, client = _target(runs_dir, run_id, "apply")
     try:
-        record = apply_run(rid, backend=backend_name, force=force, client=_docker_client(),  # type: ignore[arg-type]
+        record = apply_run(rid, backend=backend_name, force=force, client=client,  # type: ignore[arg-type]
                            runs_dir=runs_dir)
     except ShapingError as exc:
         raise click.ClickException(str(exc)) from None
@@ -121,9 +115,9 @@ def _short(where: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print {record, live} as JSON.")
 def show(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
     """Show what `apply` recorded per link end and whether it is still live (exit 1 when not in sync)."""
-    rid = _run_id(runs_dir, run_id, "show")
+    rid, client = _target(runs_dir, run_id, "show")
     try:
-        record, states = show_run(rid, client=_docker_client(), runs_dir=runs_dir)
+        record, states = show_run(rid, client=client, runs_dir=runs_dir)
     except ShapingError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -159,9 +153,9 @@ def show(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print {link@node: [commands run]} as JSON.")
 def clear(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
     """Remove all kernel shaping from the run's links (root qdiscs and snekbed loss rules)."""
-    rid = _run_id(runs_dir, run_id, "clear")
+    rid, client = _target(runs_dir, run_id, "clear")
     try:
-        done = clear_run(rid, client=_docker_client(), runs_dir=runs_dir)
+        done = clear_run(rid, client=client, runs_dir=runs_dir)
     except ShapingError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -192,11 +186,11 @@ def check(run_id: str | None, runs_dir: Path | None, link_ids: tuple[str, ...], 
     1 percentage point. RTT goes through the nodes (admin /ping), loss and throughput
     through programs run inside the containers.
     """
-    rid = _run_id(runs_dir, run_id, "check")
+    rid, client = _target(runs_dir, run_id, "check")
     options = CheckOptions(metrics=metrics or ("rtt", "loss", "rate"), rtt_samples=rtt_samples,
                            loss_probes=loss_probes, transfer_s=transfer_s)
     try:
-        results = check_run(rid, client=_docker_client(), runs_dir=runs_dir, options=options, links=link_ids or None)
+        results = check_run(rid, client=client, runs_dir=runs_dir, options=options, links=link_ids or None)
     except ShapingError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -23,7 +23,7 @@ import networkx as nx
 from orchestrator.model.topology import Topology
 
 __all__ = ["node_names", "from_graph", "line", "ring", "grid", "tree", "random_graph", "mesh_mixed", "geometric",
-           "preferential", "GENERATORS"]
+           "preferential", "GENERATORS", "generate", "mean_degree_of"]
 
 
 def node_names(n: int) -> list[str]:
@@ -197,6 +197,33 @@ def preferential(n: int, mean_degree: int, seed: int, *, link_class: str = "lan"
 
 #: the generators `snekbed generate` offers, by name
 GENERATORS = ("geometric", "preferential", "random")
+#: above this many nodes ``random`` (which enumerates every pair) is refused: the others scale
+RANDOM_MAX_NODES = 5000
+
+
+def generate(kind: str, n: int, mean_degree: float, seed: int, *, link_class: str = "lan",
+             name: str | None = None) -> Topology:
+    """The connected topology ``snekbed generate KIND`` makes: ``kind`` is one of :data:`GENERATORS`.
+
+    ``preferential`` takes the mean degree rounded down (to an even number, by the generator), ``random`` the
+    nearest whole degree (at least 1). Raises ValueError (an unknown kind, an impossible size, ``random`` above
+    RANDOM_MAX_NODES nodes), TopologyError (an unknown link class).
+    """
+    if kind == "geometric":
+        return geometric(n, mean_degree, seed, link_class=link_class, name=name)
+    if kind == "preferential":
+        return preferential(n, int(mean_degree), seed, link_class=link_class, name=name)
+    if kind == "random":
+        if n > RANDOM_MAX_NODES:
+            raise ValueError(f"random enumerates every pair of nodes: use geometric or preferential above "
+                             f"{RANDOM_MAX_NODES}")
+        return random_graph(n, max(1, round(mean_degree)), seed, link_class=link_class, name=name)
+    raise ValueError(f"unknown generator {kind!r} (known: {', '.join(GENERATORS)})")
+
+
+def mean_degree_of(topology: Topology) -> float:
+    """Links per node on average (each link counts at both ends)."""
+    return 2 * len(topology.links) / len(topology.node_names)
 
 
 def mesh_mixed(

@@ -3,7 +3,7 @@
 * :func:`install_dissector`: ``snekbed wireshark install`` puts ``snek.lua`` (shipped in this package)
   in Wireshark's personal plugin folder and turns off the LBMSRS heuristic, which Wireshark 4.0 runs
   first and which claims a snek handshake segment.
-* :func:`capture_node`: ``snekbed capture``, one node (or one of its links) of a running Docker run,
+* :func:`capture_node` (:func:`capture_in_run` for a run directory): ``snekbed capture``, one node (or one of its links) of a running Docker run,
   recorded to pcapng from the host inside the container's network namespace (``nsenter`` + the host's
   ``dumpcap``; nothing is installed in the node image).
 * :func:`check_capture`: ``snekbed capture check FILE``, decodes every snek connection in a capture
@@ -32,9 +32,10 @@ from node.core.payloads import decode_announcement, decode_legacy_path_payload, 
 from node.core.types import Frame
 
 from orchestrator.backends.docker_links import link_endpoints
+from orchestrator.model.runs import RunDir
 
-__all__ = ["CaptureCheck", "CaptureError", "DISSECTOR", "TSHARK_ARGS", "capture_node", "check_capture",
-           "dissector_path", "install_dissector"]
+__all__ = ["CaptureCheck", "CaptureError", "DISSECTOR", "TSHARK_ARGS", "capture_in_run", "capture_node",
+           "check_capture", "dissector_path", "install_dissector"]
 
 DISSECTOR = "snek.lua"
 #: what tshark needs to use the shipped dissector without installing it
@@ -105,6 +106,17 @@ def capture_node(run_id: str, node: str, out: Path, duration_s: float, *, peer: 
         raise CaptureError(f"dumpcap in {node}'s namespace failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     os.chmod(out, 0o644)
     return out
+
+
+def capture_in_run(run: RunDir, node: str, duration_s: float, *, peer: str | None = None,
+                   out: Path | None = None) -> Path:
+    """:func:`capture_node` for a run directory: only a Docker run can be captured from the host; the file goes
+    to ``out``, by default ``runs/<id>/captures/<node>[-<peer>].pcapng``. Returns it. Raises CaptureError."""
+    if run.meta().get("backend") != "docker":
+        raise CaptureError(f"run {run.run_id} is not a Docker run (an in-process run writes pcapng with "
+                           "`snekbed sim --pcap FILE`)")
+    out = out or run.path / "captures" / (f"{node}-{peer}.pcapng" if peer else f"{node}.pcapng")
+    return capture_node(run.run_id, node, out, duration_s, peer=peer)
 
 
 # ---------------------------------------------------------------- checking a capture

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.model import generators as gen
-from orchestrator.cli.generate import generate
+from orchestrator.cli import main
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
 
@@ -193,11 +193,11 @@ def test_large_graph_generators_refuse_impossible_sizes(call, fragment: str) -> 
 def test_generate_command_writes_a_topology_every_command_loads(tmp_path: Path) -> None:
     for kind, suffix in (("geometric", ".yaml"), ("preferential", ".json"), ("random", ".yaml")):
         out = tmp_path / f"{kind}{suffix}"
-        res = CliRunner().invoke(generate, [kind, "--nodes", "300", "--seed", "4", "--link-class", "remote",
-                                            "-o", str(out)])  # fmt: skip
+        res = CliRunner().invoke(main, ["generate", kind, "--nodes", "300", "--seed", "4", "--link-class", "remote",
+                                        "-o", str(out)])  # fmt: skip
         assert res.exit_code == 0, res.output
         loaded = load_topology(out)
         assert len(loaded.node_names) == 300 and {x.link_class for x in loaded.links} == {"remote"}
         assert nx.is_connected(_graph(loaded))
-    res = CliRunner().invoke(generate, ["random", "--nodes", "6000"])
+    res = CliRunner().invoke(main, ["generate", "random", "--nodes", "6000"])
     assert res.exit_code != 0 and "use geometric or preferential" in res.output
