@@ -29,6 +29,8 @@ MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 GRAPH250 = SHARED / "topologies" / "pinecone" / "graph-250.txt"
 WALL_KEYS = {"wall_s"}  # the only keys a run's JSON may differ in: how long it took
 _PROBE = "import node.core, node.core.router; print(node.core.implementation(), node.core.router.__file__)"
+#: the wire-vector tests (the reference's byte vectors, pinecone-wire-vectors.json, and the codec's own rules)
+WIRE_TESTS = [f"tests/node/core/test_wire_{part}.py" for part in ("fields", "signed", "frames", "legacy")]
 
 
 def _env(pure: bool, **extra: str) -> dict[str, str]:
@@ -112,15 +114,13 @@ def test_sim_json_is_identical_on_both_cores(argv: list[str]) -> None:
 
 @pytest.mark.slow
 def test_wire_vectors_pass_on_both_cores() -> None:
-    """tests/node/core/test_wire.py (the reference's byte vectors, pinecone-wire-vectors.json, and the
-    codec's own rules), run in a child process on each core."""
+    """The wire-vector tests (:data:`WIRE_TESTS`), run in a child process on each core."""
     _need_compiled()
     need((SHARED / "spec" / "pinecone-wire-vectors.json").is_file(), "shared/spec/pinecone-wire-vectors.json not found")
     for pure in (False, True):
         probe = _run(["-c", _PROBE], pure=pure)
         assert probe.stdout.startswith("pure Python" if pure else "compiled (mypyc)"), probe.stdout + probe.stderr
-        out = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "tests/node/core/test_wire.py"],
-                   pure=pure)  # fmt: skip
+        out = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *WIRE_TESTS], pure=pure)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
         assert " passed" in out.stdout and " skipped" not in out.stdout, out.stdout[-1000:]
 
