@@ -26,6 +26,16 @@ def _load_generator():
 gen_events = _load_generator()
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test here that starts Spark (its fixtures include ``spark``) carries the ``spark`` mark, so that
+    ``-m "not spark"`` leaves out every one of them: an unmarked one stops the run, named."""
+    here = Path(__file__).parent
+    unmarked = [item.nodeid for item in items if here in Path(str(item.path)).parents
+                and "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None]
+    if unmarked:
+        raise pytest.UsageError("tests that start Spark need @pytest.mark.spark: " + ", ".join(unmarked))
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] SparkSession, UI off, 2 shuffle partitions; skips (or fails in CI) without Java."""

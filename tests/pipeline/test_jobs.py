@@ -99,6 +99,7 @@ def story() -> list[dict]:
     return rows
 
 
+@pytest.mark.spark
 def test_convergence_first_and_settled(spark):
     events = frame(spark, story(), schemas.EVENTS_SCHEMA)
     runs = spark.createDataFrame([("r", NODES)], "run_id string, nodes map<string,string>")
@@ -117,6 +118,7 @@ def test_convergence_first_and_settled(spark):
     assert_frames_equal(got, expected)
 
 
+@pytest.mark.spark
 def test_convergence_peer_loss_resets_state(spark):
     rows = story()[:4] + [
         ev("a", 0.1, "peer_up", 2, port=1, peer=KB, link_class="lan"),
@@ -129,6 +131,7 @@ def test_convergence_peer_loss_resets_state(spark):
         (0.0, KA, None), (0.1, KA, None), (1.0, KD, KC), (5.0, KA, None)]
 
 
+@pytest.mark.spark
 def test_convergence_rejects_missing_columns(spark):
     with pytest.raises(JobInputError, match="lacks columns"):
         convergence.convergence(spark.createDataFrame([(1,)], "x int"), spark.createDataFrame([(1,)], "x int"),
@@ -143,6 +146,7 @@ def ping(t: float, received: bool, hops, shortest, classes) -> tuple:
             "/p.jsonl", 1)
 
 
+@pytest.mark.spark
 def test_enrich_and_summarise_pings(spark):
     pings = spark.createDataFrame([
         ping(1.0, True, 3, 2, ["lan", "wifi"]), ping(1.0, True, 5, 2, ["wifi", "lan"]),
@@ -177,6 +181,7 @@ def stats(node, t, direction, ftype, cls, frames, nbytes, interval=10.0):
               link_class=cls, frames=frames, bytes=nbytes)
 
 
+@pytest.mark.spark
 def test_overhead_rates(spark):
     rows = [
         stats("a", 10, "sent", "keepalive", "lan", 4, 40), stats("a", 10, "sent", "bootstrap", "lan", 2, 300),
@@ -198,6 +203,7 @@ def test_overhead_rates(spark):
                                                        "control_frames_per_node_s double, control_bytes_per_node_s double"))
 
 
+@pytest.mark.spark
 def test_churn_counts_root_key_changes_only(spark):
     rows = [
         ev("a", 0.0, "node_started", 1), ev("a", 1.2, "root_changed", 2, root=KC, root_seq=1),
@@ -213,6 +219,7 @@ def test_churn_counts_root_key_changes_only(spark):
         [("r", KA, "a", 2, 1), ("r", KB, "b", 0, 1)], schemas.CHURN_NODE_SCHEMA))
 
 
+@pytest.mark.spark
 def test_compare_groups_by_meta_fields(spark):
     cols = schemas.RUN_SUMMARY_SCHEMA.fieldNames()
     base = dict.fromkeys(cols)
