@@ -28,6 +28,11 @@ router itself holds the configuration, the peer table (given to the tree and the
 (:class:`~node.core.state.Outbox`, given to every part), the input dispatch and the SNEK maintenance tick.
 Each part has its own ``next_deadline()``; the router's deadline is the earliest of them (and of the tick
 and the ping service's), recomputed whenever one of them may have moved it.
+
+The ping service (:class:`~node.core.ping.PingService`, §8) is not a part but a client of the router, as
+the shell is: it originates pings and pongs with :meth:`Router.send_traffic` and says when its timeout
+moved, through the two callbacks it is built with. The forwarding part hands it every delivered frame and
+every Ping it forwards.
 """
 
 from __future__ import annotations
