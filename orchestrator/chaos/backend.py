@@ -1,6 +1,9 @@
-"""The one interface the chaos runner drives: the in-process network and Docker both implement it.
+"""What the chaos runner drives, as five small protocols every backend (in process, Docker, swarm) implements:
+:class:`Lifecycle` (the run's life and clock), :class:`Observation` (live graph, state, pings, convergence),
+:class:`BackgroundTraffic` (the background pings), :class:`NodeFaults` and :class:`LinkFaults`;
+:class:`ChaosBackend` is all five. A step handler (orchestrator.chaos.apply) asks only for what it uses.
 
-Every method is async and every duration is in the backend's own seconds: protocol
+Every duration is in the backend's own seconds: protocol
 time for the in-process backend (virtual or real clock), wall time for Docker.
 A fault means the same thing on every backend; where it cannot, the backend's
 docstring says how it differs (docs/chaos.md has the table).
@@ -21,7 +24,8 @@ from node.core.variants import VariantSpec
 
 from orchestrator.chaos.checker import NodeState, PingOutcome
 
-__all__ = ["ChaosBackend", "Converged", "DeferredRemoval", "TrafficSample"]
+__all__ = ["BackgroundTraffic", "ChaosBackend", "Converged", "DeferredRemoval", "Lifecycle", "LinkFaults", "NodeFaults",
+           "Observation", "TrafficSample"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +95,9 @@ class DeferredRemoval:
         return time.monotonic() - t
 
 
-class ChaosBackend(Protocol):
+class Lifecycle(Protocol):
+    """The run's life and clock: bring the network up, let time pass, take it down, and note each fault."""
+
     name: str
 
     def now(self) -> float: ...
@@ -99,6 +105,8 @@ class ChaosBackend(Protocol):
     async def start(self, nursery: trio.Nursery | None = None) -> None:
         """Bring the network up; background work (traffic) may run in ``nursery``."""
         ...
+
+    async def sleep(self, seconds: float) -> None: ...
 
     async def stop(self) -> None:
         """The run ended as planned: finish the record, tear down what the backend started."""
@@ -108,7 +116,13 @@ class ChaosBackend(Protocol):
         """The run failed or was interrupted: record why, tear down. Never raises over ``exc``."""
         ...
 
-    async def sleep(self, seconds: float) -> None: ...
+    def record_action(self, action: str, target: str | None, detail: dict | None, at: float) -> None:
+        """Append one line to the run's actions.jsonl (when the run is recorded)."""
+        ...
+
+
+class Observation(Protocol):
+    """What the checker and the target roles read: the live graph, the nodes' state, pings, convergence."""
 
     def live_graph(self) -> nx.Graph:
         """Nodes that are alive and not paused, and the links between them that are up."""
@@ -128,22 +142,35 @@ class ChaosBackend(Protocol):
 
     async def wait_converged(self, since: float, within_s: float) -> Converged: ...
 
+    def reconvergence_bound_s(self, margin_s: float) -> float: ...
+
     async def ping(self, pairs: list[tuple[str, str]], modes: tuple[str, ...], timeout_s: float) -> list[PingOutcome]:
         """Ping every pair in every mode, concurrently; wait for each answer or its timeout."""
         ...
 
-    def reconvergence_bound_s(self, margin_s: float) -> float: ...
 
-    # background traffic
+class BackgroundTraffic(Protocol):
+    """The background ping mesh that keeps flowing through the faults."""
+
     def traffic(self, enabled: bool, rate_per_s: float, pairs: list[tuple[str, str]], modes: tuple[str, ...],
-                timeout_s: float) -> None: ...  # fmt: skip
+                timeout_s: float) -> None:  # fmt: skip
+        """Start, change or stop (``enabled`` False) the background pings over ``pairs``, modes taking turns."""
+        ...
 
-    def traffic_samples(self) -> list[TrafficSample]: ...
+    def traffic_samples(self) -> list[TrafficSample]:
+        """Every background ping sent so far, answered or not."""
+        ...
 
-    # faults
+
+class NodeFaults(Protocol):
+    """Faults of one node. A fault of a node in a state where it means nothing (kill a dead node, resume a
+    running one) is a no-op, as in the reference simulator."""
+
     async def kill(self, name: str) -> None: ...
 
-    async def restart(self, name: str) -> None: ...
+    async def restart(self, name: str) -> None:
+        """Kill if alive, then start again with the same key and peers."""
+        ...
 
     async def pause(self, name: str) -> None: ...
 
@@ -154,15 +181,25 @@ class ChaosBackend(Protocol):
         ...
 
     async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool,
-                       variant: VariantSpec | None = None) -> None:
+                       variant: VariantSpec | None = None) -> None:  # fmt: skip
         """``name`` joins, linked to ``peers``, running ``variant`` (default: the run's)."""
         ...
+
+    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
+        """``name`` drops received frames by kind (percentages), from every peer or from ``peer``."""
+        ...
+
+
+class LinkFaults(Protocol):
+    """Faults of links: one link, or every link between groups of nodes."""
 
     async def link_down(self, a: str, b: str) -> bool:
         """False when there was no such link (a no-op)."""
         ...
 
-    async def link_up(self, a: str, b: str, link_class: str | None = None) -> bool: ...
+    async def link_up(self, a: str, b: str, link_class: str | None = None) -> bool:
+        """Bring the link back, or make it (of ``link_class``) when the run never had it; False when it cannot."""
+        ...
 
     async def link_change(self, a: str, b: str, link_class: str | None, shaping: dict[str, float] | None) -> None: ...
 
@@ -174,8 +211,6 @@ class ChaosBackend(Protocol):
         """Restore every link a partition cut; returns them."""
         ...
 
-    def record_action(self, action: str, target: str | None, detail: dict | None, at: float) -> None:
-        """Append one line to the run's actions.jsonl (when the run is recorded)."""
-        ...
 
-    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None: ...
+class ChaosBackend(Lifecycle, Observation, BackgroundTraffic, NodeFaults, LinkFaults, Protocol):
+    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all five."""

@@ -20,7 +20,7 @@ then ``ok`` is true when it did break. ``held`` always says what was observed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +127,6 @@ def evaluate(
     names_by_key: Mapping[bytes, str] | None = None,
 ) -> dict[str, Invariant]:
     """Every invariant of INVARIANTS, in that order. ``graph`` is the live graph (names as nodes)."""
-    expect = dict(expect or {})
     comps = _components(graph, states)
     name_of = dict(names_by_key or {})
     for name, st in states.items():
@@ -138,8 +137,28 @@ def evaluate(
             return "none"
         return name_of.get(key, key.hex()[:12])
 
-    out: dict[str, Invariant] = {}
-    # one root per component, and the root is the highest key
+    one_root, highest = _roots(comps, states, label)
+    out = {
+        "one_root_per_component": one_root,
+        "root_is_highest_key": highest,
+        "snake_ordered": _snake(comps, states, label),
+        "pairs_reachable": _pairs(list(pings)),
+        "no_internal_errors": _internal_errors(states, errors_before),
+        "reconverged_within_bound": _reconverged(reconvergence),
+    }
+    for name, want in (expect or {}).items():
+        out[name].expected = want
+        if not out[name].evaluated:
+            out[name].evaluated = True  # an expectation about something not measured cannot be met
+            out[name].held = True
+            out[name].detail += " (expected a break, but nothing was measured)"
+    assert tuple(out) == INVARIANTS
+    return out
+
+
+def _roots(comps: _Components, states: Mapping[str, NodeState],
+           label: Callable[[bytes | None], str]) -> tuple[Invariant, Invariant]:  # fmt: skip
+    """``one_root_per_component`` and ``root_is_highest_key``."""
     split, wrong = [], []
     for members in comps.members:
         roots = {states[n].root for _, n in members}
@@ -150,69 +169,58 @@ def evaluate(
         bad = [n for _, n in members if states[n].root != top_key]
         if bad:
             wrong.append(f"{_names(bad)} do not name {top} (the highest key of their component) as root")
-    out["one_root_per_component"] = Invariant(
-        "one_root_per_component", not split, detail="; ".join(split) or f"{len(comps.members)} component(s), one root each"
-    )
-    out["root_is_highest_key"] = Invariant(
-        "root_is_highest_key", not wrong, detail="; ".join(wrong) or "every root is its component's highest key"
-    )
-    # the snake
+    return (
+        Invariant("one_root_per_component", not split,
+                  detail="; ".join(split) or f"{len(comps.members)} component(s), one root each"),
+        Invariant("root_is_highest_key", not wrong, detail="; ".join(wrong) or "every root is its component's highest key"),
+    )  # fmt: skip
+
+
+def _snake(comps: _Components, states: Mapping[str, NodeState], label: Callable[[bytes | None], str]) -> Invariant:
     disordered = [f"{n}: descending {label(got)}, expected {label(want)}"
-                  for n, (got, want) in _out_of_order(comps, states).items()]
-    out["snake_ordered"] = Invariant(
+                  for n, (got, want) in _out_of_order(comps, states).items()]  # fmt: skip
+    return Invariant(
         "snake_ordered",
         not disordered,
         detail=f"{len(disordered)} node(s) out of order: " + "; ".join(disordered[:_MAX_NAMED])
         if disordered
         else "every descending key is the next lower key of its component",
     )
-    # pairs
-    pings = list(pings)
-    if pings:
-        lost = [p for p in pings if not p.delivered]
-        by_mode: dict[str, list[int]] = {}
-        for p in pings:
-            c = by_mode.setdefault(p.mode, [0, 0])
-            c[0] += p.delivered
-            c[1] += 1
-        counts = ", ".join(f"{m} {d}/{n}" for m, (d, n) in sorted(by_mode.items()))
-        detail = f"delivered {counts}"
-        if lost:
-            detail += "; lost: " + ", ".join(f"{p.a}->{p.b} ({p.mode})" for p in lost[:_MAX_NAMED])
-            if len(lost) > _MAX_NAMED:
-                detail += f" (+{len(lost) - _MAX_NAMED} more)"
-        out["pairs_reachable"] = Invariant("pairs_reachable", not lost, detail=detail)
-    else:
-        out["pairs_reachable"] = Invariant("pairs_reachable", True, detail="no pairs sampled", evaluated=False)
-    # internal errors
-    if errors_before is not None:
-        moved = {n: st.internal_errors - errors_before.get(n, 0) for n, st in states.items()}
-        moved = {n: d for n, d in moved.items() if d > 0}
-        out["no_internal_errors"] = Invariant(
-            "no_internal_errors",
-            not moved,
-            detail="; ".join(f"{n}: +{d}" for n, d in sorted(moved.items())) or "no internal errors",
-        )
-    else:
-        out["no_internal_errors"] = Invariant("no_internal_errors", True, detail="not measured", evaluated=False)
-    # re-convergence
-    if reconvergence is not None:
-        r = reconvergence
-        held = r.tree_s is not None and r.snake_s is not None and max(r.tree_s, r.snake_s) <= r.bound_s
-        detail = f"tree {_secs(r.tree_s)}, snake {_secs(r.snake_s)}, bound {r.bound_s:.1f} s"
-        out["reconverged_within_bound"] = Invariant("reconverged_within_bound", held, detail=detail)
-    else:
-        out["reconverged_within_bound"] = Invariant(
-            "reconverged_within_bound", True, detail="no fault to re-converge from", evaluated=False
-        )
-    for name, want in expect.items():
-        out[name].expected = want
-        if not out[name].evaluated:
-            out[name].evaluated = True  # an expectation about something not measured cannot be met
-            out[name].held = True
-            out[name].detail += " (expected a break, but nothing was measured)"
-    assert tuple(out) == INVARIANTS
-    return out
+
+
+def _pairs(pings: list[PingOutcome]) -> Invariant:
+    if not pings:
+        return Invariant("pairs_reachable", True, detail="no pairs sampled", evaluated=False)
+    lost = [p for p in pings if not p.delivered]
+    by_mode: dict[str, list[int]] = {}
+    for p in pings:
+        c = by_mode.setdefault(p.mode, [0, 0])
+        c[0] += p.delivered
+        c[1] += 1
+    counts = ", ".join(f"{m} {d}/{n}" for m, (d, n) in sorted(by_mode.items()))
+    detail = f"delivered {counts}"
+    if lost:
+        detail += "; lost: " + ", ".join(f"{p.a}->{p.b} ({p.mode})" for p in lost[:_MAX_NAMED])
+        if len(lost) > _MAX_NAMED:
+            detail += f" (+{len(lost) - _MAX_NAMED} more)"
+    return Invariant("pairs_reachable", not lost, detail=detail)
+
+
+def _internal_errors(states: Mapping[str, NodeState], errors_before: Mapping[str, int] | None) -> Invariant:
+    if errors_before is None:
+        return Invariant("no_internal_errors", True, detail="not measured", evaluated=False)
+    moved = {n: st.internal_errors - errors_before.get(n, 0) for n, st in states.items()}
+    moved = {n: d for n, d in moved.items() if d > 0}
+    return Invariant("no_internal_errors", not moved,
+                     detail="; ".join(f"{n}: +{d}" for n, d in sorted(moved.items())) or "no internal errors")
+
+
+def _reconverged(r: Reconvergence | None) -> Invariant:
+    if r is None:
+        return Invariant("reconverged_within_bound", True, detail="no fault to re-converge from", evaluated=False)
+    held = r.tree_s is not None and r.snake_s is not None and max(r.tree_s, r.snake_s) <= r.bound_s
+    detail = f"tree {_secs(r.tree_s)}, snake {_secs(r.snake_s)}, bound {r.bound_s:.1f} s"
+    return Invariant("reconverged_within_bound", held, detail=detail)
 
 
 def _secs(s: float | None) -> str:

@@ -54,7 +54,7 @@ from orchestrator.backends.docker_session import DockerSession, choose_shaping, 
 from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_docker_run
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
-from orchestrator.chaos.backend import Converged, DeferredRemoval, TrafficSample
+from orchestrator.chaos.backend import ChaosBackend, Converged, DeferredRemoval, TrafficSample
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.targets import TargetError
 
@@ -92,8 +92,8 @@ async def _all_at_once(tasks: list[Callable[[], Awaitable[None]]]) -> None:
         raise errors[0]
 
 
-class DockerChaos:
-    """A ChaosBackend over one Docker run. ``await start(nursery)`` creates the run; ``stop`` removes it (or, with
+class DockerChaos(ChaosBackend):
+    """The chaos backend (every protocol of orchestrator.chaos.backend) over one Docker run. ``await start(nursery)`` creates the run; ``stop`` removes it (or, with
     ``removal``, stops its nodes and leaves the removal to that thread)."""
 
     name = "docker"
@@ -102,8 +102,11 @@ class DockerChaos:
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
                  backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
                  prometheus_image: str | None = None, metrics: RunMetrics | None = None,
-                 host_timeout_s: float = 600.0, removal: DeferredRemoval | None = None) -> None:
+                 host_timeout_s: float = 600.0, removal: DeferredRemoval | None = None,
+                 ab: dict[str, Any] | None = None) -> None:
+        """``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab`` when the run ends)."""
         self.topology = topology
+        self.ab = ab
         #: set: ``stop`` only stops the nodes (their event logs complete) and hands the removal of containers and
         #: networks to this thread, for the caller to wait for later (``snekbed demo`` analyzes meanwhile)
         self.removal = removal
@@ -186,6 +189,8 @@ class DockerChaos:
             self.monitoring.close()
         if self._admin is not None:
             self._admin.close()
+        if self.ab is not None:
+            self.run.update_meta(ab=self.ab)
         self.run.action("down", None, {"keep": self.keep})
         if self.keep:
             return

@@ -45,7 +45,7 @@ from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
 from orchestrator.sessions.sim import link_options
 from orchestrator.model.topology import Topology
-from orchestrator.chaos.backend import Converged, TrafficSample
+from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
 from orchestrator.chaos.checker import NodeState, PingOutcome
 
 __all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
@@ -54,8 +54,9 @@ PEER_TIMEOUT_S = 5.0  # PROTOCOL.md §3.5: a peer silent this long is dropped
 OBSERVE_EVERY_S = 0.1
 
 
-class InprocChaos:
-    """A ChaosBackend over one InprocNetwork. Build it, then ``await start()`` inside trio."""
+class InprocChaos(ChaosBackend):
+    """The chaos backend (every protocol of orchestrator.chaos.backend) over one InprocNetwork. Build it, then
+    ``await start()`` inside trio."""
 
     name = "inproc"
 

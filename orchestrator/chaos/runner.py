@@ -25,17 +25,17 @@ import networkx as nx
 import trio
 
 from node.core.router import Timers
-from node.core.variants import VariantSpec
 from node.core.snek import EXPIRY_S
 
 from orchestrator.tools.monitoring import FAULT_KINDS, RunMetrics
 from orchestrator.model.observe import NodeView, check_convergence
 from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
 from orchestrator.chaos.checker import Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, verdict_of
-from orchestrator.chaos.scenario import Scenario
-from orchestrator.chaos.targets import TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes
+from orchestrator.chaos.apply import StepApplier
+from orchestrator.chaos.scenario import AnyStep, Check, Scenario, Wait
+from orchestrator.chaos.targets import TargetError, sample_pairs
 
-__all__ = ["ActionHook", "ChaosRun", "run_scenario", "sample_pairs"]
+__all__ = ["ActionHook", "ChaosRun", "run_scenario", "sample_pairs"]  # sample_pairs: orchestrator.chaos.targets
 
 #: (action, target, detail, backend time): every fault as it happens, for actions.jsonl
 ActionHook = Callable[[str, "str | None", "dict[str, Any] | None", float], None]
@@ -51,24 +51,6 @@ RECHECK_POLL_S = 0.5
 WATCH_S = 1.0  # how often the run's metrics (RunMetrics) re-read the live graph and the nodes' state
 
 
-def sample_pairs(graph: nx.Graph, n: int, rng: random.Random) -> list[tuple[str, str]]:
-    """Up to ``n`` ordered pairs of distinct nodes that share a component of ``graph``, drawn with ``rng``."""
-    comps = [sorted(c) for c in nx.connected_components(graph) if len(c) > 1]
-    total = sum(len(c) * (len(c) - 1) for c in comps)
-    if total == 0:
-        return []
-    if total <= 4 * n:
-        cands = [(a, b) for c in comps for a in c for b in c if a != b]
-        return rng.sample(cands, min(n, len(cands)))
-    out: set[tuple[str, str]] = set()
-    weights = [len(c) * (len(c) - 1) for c in comps]
-    while len(out) < n:
-        c = rng.choices(comps, weights)[0]
-        a, b = rng.sample(c, 2)
-        out.add((a, b))
-    return sorted(out)
-
-
 @dataclass
 class ChaosRun:
     backend: ChaosBackend
@@ -79,10 +61,11 @@ class ChaosRun:
     metrics: RunMetrics | None = None
     rng: random.Random = field(init=False)
     steps: list[dict[str, Any]] = field(default_factory=list)
-    _cut: set[frozenset[str]] = field(default_factory=set)
+    applier: StepApplier = field(init=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"chaos-{self.seed}")
+        self.applier = StepApplier(self.backend, self.scenario, self.rng, self._act)
 
     # ------------------------------------------------------------------ the run
 
@@ -115,7 +98,7 @@ class ChaosRun:
                 await b.sleep(step.after_s)
             rec = await self._step(i, step)
             bounds.append(rec.pop("_bound", math.nan))
-            if self.metrics is not None and step.action not in ("wait", "check") and rec.get("invariants"):
+            if self.metrics is not None and not isinstance(step, (Wait, Check)) and rec.get("invariants"):
                 self.metrics.episode(rec.get("tree_converged_s"), rec.get("snake_converged_s"))
             self.steps.append(rec)
             if self.progress is not None:
@@ -167,7 +150,7 @@ class ChaosRun:
                 counted[(mode, delivered)] = max(n, counted.get((mode, delivered), 0))
             await trio.sleep(WATCH_S)  # not b.sleep: in process that would drive the network from a second task
 
-    async def _step(self, i: int, step: Any) -> dict[str, Any]:
+    async def _step(self, i: int, step: AnyStep) -> dict[str, Any]:
         b = self.backend
         at = b.now() - self.t0
         rec: dict[str, Any] = {"index": i, "action": step.action, "targets": [], "at_s": round(at, 3)}
@@ -176,7 +159,7 @@ class ChaosRun:
         errors_before = {n: s.internal_errors for n, s in (await b.states()).items()}
         self._act("step", None, {"index": i, "action": step.action})
         try:
-            targets, detail = await self._apply(step)
+            targets, detail = await self.applier.apply(step)
         except TargetError as exc:
             rec.update(verdict="fail", detail=f"target: {exc}", invariants={},
                        tree_converged_s=None, snake_converged_s=None)  # fmt: skip
@@ -188,7 +171,7 @@ class ChaosRun:
         conv: Converged | None = None
         bound = b.reconvergence_bound_s(self.scenario.bound_margin_s)
         rec["_bound"] = bound
-        if step.action == "wait" and step.until == "converged":
+        if isinstance(step, Wait) and step.until == "converged":
             conv = await b.wait_converged(fault_end, step.within_s)
             rec["verdict"] = "pass" if conv.converged else "fail"
             if not conv.converged:
@@ -205,7 +188,7 @@ class ChaosRun:
             pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)
             pings = await b.ping(pairs, modes, 5.0)
             reconv = None
-            if step.action not in ("check",):
+            if not isinstance(step, Check):
                 reconv = Reconvergence(conv.tree_s, conv.snake_s, bound)
             inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
                            expect=step.expect)  # fmt: skip
@@ -231,7 +214,7 @@ class ChaosRun:
         rec["delivery"] = {"sent": len(got), "delivered": sum(x.delivered for x in got)}
         return rec
 
-    async def _recheck(self, step: Any, first: dict[str, Invariant], names: list[str],
+    async def _recheck(self, step: AnyStep, first: dict[str, Invariant], names: list[str],
                        reading: tuple[nx.Graph, dict[str, NodeState], float], pings: list[PingOutcome],
                        errors_before: dict[str, int],
                        reconv: Reconvergence | None) -> dict[str, Invariant]:  # fmt: skip
@@ -268,16 +251,6 @@ class ChaosRun:
 
     # ------------------------------------------------------------------ applying steps
 
-    async def _view(self) -> TargetView:
-        b = self.backend
-        states = await b.states()
-        return TargetView(
-            b.live_graph(),
-            {n: s.key for n, s in states.items()},
-            {n: s.root for n, s in states.items()},
-            await b.parents(),
-        )
-
     def _act(self, action: str, target: str | None, detail: dict[str, Any] | None = None) -> None:
         """One fault as it happens: into the run's actions.jsonl (the contract's vocabulary) and to the hook."""
         now = self.backend.now()
@@ -286,154 +259,6 @@ class ChaosRun:
             self.metrics.fault(action)
         if self.on_action is not None:
             self.on_action(action, target, detail, now)
-
-    async def _nodes(self, step: Any) -> list[str]:
-        if step.target in self.backend.known_nodes():
-            return [step.target]  # a node by name, alive or not (killing a dead node is a no-op, as in the reference)
-        view = await self._view()
-        return resolve_nodes(step.target, view, self.rng, step.count)
-
-    async def _link(self, step: Any) -> tuple[str, str]:
-        link = step.link if isinstance(step.link, str) else tuple(step.link)
-        if isinstance(link, tuple):
-            return link  # a named link may be down now (link_up): no graph check
-        return resolve_link(link, await self._view(), self.rng)
-
-    async def _apply(self, step: Any) -> tuple[list[Any], str | None]:
-        b, a = self.backend, step.action
-        if a in ("kill", "restart", "pause", "resume"):
-            names = await self._nodes(step)  # a name is used alive or not; a role is resolved on the live graph
-            act = {"kill": b.kill, "restart": b.restart, "pause": b.pause, "resume": b.resume}[a]
-            for n in names:
-                self._act("kill_root" if a == "kill" and step.target == "root" else a, n)
-                await act(n)
-            if a == "pause" and step.for_s:
-                await b.sleep(step.for_s)
-                for n in names:
-                    self._act("resume", n)
-                    await b.resume(n)
-            return names, None
-        if a == "remove_node":
-            if step.target not in b.known_nodes():
-                return [], "no such node: nothing to remove"
-            done = await b.remove_node(step.target)
-            if done:
-                self._act("kill", step.target, {"remove": True})
-            return [step.target], None if done else "not running: nothing to remove"
-        if a == "partition":
-            groups = await self._groups(step)
-            cut = await b.partition(groups)
-            self._act("partition", None, {"groups": [sorted(g) for g in groups], "links": [f"{x}--{y}" for x, y in cut]})
-            return [sorted(g) for g in groups], f"{len(cut)} link(s) cut"
-        if a == "heal":
-            back = await b.heal()
-            self._act("heal", None, {"links": [f"{x}--{y}" for x, y in back]})
-            return [], f"{len(back)} link(s) restored"
-        if a in ("link_down", "link_up"):
-            x, y = await self._link(step)
-            done = await (b.link_down(x, y) if a == "link_down" else b.link_up(x, y))
-            if done:
-                self._act(a, f"{x}--{y}")
-            return [[x, y]], None if done else "no such link: nothing to do"
-        if a == "flap":
-            x, y = await self._link(step)
-            for _ in range(step.count):
-                await b.link_down(x, y)
-                self._act("link_down", f"{x}--{y}", {"flap": True})
-                await b.sleep(step.period_s / 2)
-                await b.link_up(x, y)
-                self._act("link_up", f"{x}--{y}", {"flap": True})
-                await b.sleep(step.period_s / 2)
-            return [[x, y]], f"{step.count} flap(s) of {step.period_s:g} s"
-        if a == "link_change":
-            x, y = await self._link(step)
-            await b.link_change(x, y, step.link_class, step.shaping)
-            self._act("link_change", f"{x}--{y}", {"class": step.link_class, "shaping": step.shaping})
-            return [[x, y]], None
-        if a == "churn":
-            return await self._churn(step)
-        if a == "join":
-            if step.node is not None:
-                await b.add_node(step.node, step.peers, step.link_class, step.adversary,
-                                     VariantSpec.parse(step.variant) if step.variant else None)
-                self._act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary})
-                return [step.node], None
-            x, y = step.link
-            await b.link_up(x, y, step.link_class)
-            self._act("join", f"{x}--{y}", {"class": step.link_class})
-            return [[x, y]], None
-        if a == "adversary":
-            names = await self._nodes(step)
-            for n in names:
-                await b.adversary(n, dict(step.drop), step.peer)
-                self._act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
-            return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
-        if a == "traffic":
-            spec = self.scenario.traffic
-            rate = step.rate_per_s if step.rate_per_s is not None else (spec.rate_per_s if spec else 4.0)
-            n = step.pairs if step.pairs is not None else (spec.pairs if spec else 20)
-            modes = spec.modes if spec else ("snek", "tree")
-            pairs = sample_pairs(b.live_graph(), n, self.rng) if step.enabled else []
-            b.traffic(step.enabled and rate > 0, rate, pairs, modes, spec.timeout_s if spec else 5.0)
-            return [], f"traffic {'on' if step.enabled else 'off'}"
-        if a in ("wait",):
-            if step.s is not None:
-                await b.sleep(step.s)
-            return [], None
-        return [], None  # check, note
-
-    async def _groups(self, step: Any) -> list[set[str]]:
-        view = await self._view()
-        live = set(view.live())
-        if step.groups is not None:
-            listed: set[str] = set()
-            groups: list[set[str]] = []
-            rest_at = None
-            for g in step.groups:
-                if list(g) == ["rest"]:
-                    rest_at = len(groups)
-                    groups.append(set())
-                    continue
-                unknown = set(g) - set(self.backend.known_nodes())
-                if unknown:
-                    raise TargetError(f"unknown node(s) in a partition group: {', '.join(sorted(unknown))}")
-                groups.append(set(g))
-                listed |= set(g)
-            if rest_at is not None:
-                groups[rest_at] = live - listed
-            return [g for g in groups if g]
-        if step.by == "halves":  # balanced, each half connected where possible, few links cut
-            a, b = balanced_halves(view, self.rng)
-            return [a, b]
-        if step.by == "root":
-            root = view.root()
-            return [{root}, live - {root}]
-        small, big = min_cut_groups(view)
-        return [small, big]
-
-    async def _churn(self, step: Any) -> tuple[list[str], str]:
-        b = self.backend
-        live = sorted(b.live_graph().nodes)
-        n = max(1, round(step.fraction * len(live)))
-        chosen = self.rng.sample(live, min(n, len(live)))
-        gap = step.duration_s / len(chosen)
-        plan: list[tuple[float, int, str, str]] = []
-        for i, name in enumerate(chosen):
-            leave = i * gap
-            plan.append((leave, 0, "kill", name))
-            plan.append((min(leave + step.down_s, step.duration_s), 1, "restart", name))
-        plan.sort()
-        start = b.now()
-        for t, _, op, name in plan:
-            wait = start + t - b.now()
-            if wait > 0:
-                await b.sleep(wait)
-            self._act(op, name, {"churn": True})
-            await (b.kill(name) if op == "kill" else b.restart(name))
-        rest = start + step.duration_s - b.now()
-        if rest > 0:
-            await b.sleep(rest)
-        return chosen, f"{len(chosen)} node(s) left and came back over {step.duration_s:g} s"
 
     # ------------------------------------------------------------------ traffic
 

@@ -35,6 +35,7 @@ from orchestrator.model.topology_loaders import _compose
 
 __all__ = [
     "ADVERSARY_DROP_KINDS",
+    "AnyStep",
     "INVARIANTS",
     "LINK_ROLES",
     "NODE_ROLES",
@@ -338,13 +339,13 @@ class Note(_Step):
     FAULT: ClassVar[bool] = False
 
 
-Step = Annotated[
-    Union[
-        Kill, Restart, Pause, Resume, RemoveNode, Partition, Heal, LinkDown, LinkUp, Flap, LinkChange, Churn, Join,
-        Adversary, Traffic, Wait, Check, Note,
-    ],
-    Field(discriminator="action"),
+#: One step of any action: orchestrator.chaos.apply dispatches on the class (a ``match``, checked exhaustive).
+AnyStep = Union[
+    Kill, Restart, Pause, Resume, RemoveNode, Partition, Heal, LinkDown, LinkUp, Flap, LinkChange, Churn, Join,
+    Adversary, Traffic, Wait, Check, Note,
 ]  # fmt: skip
+#: A step as a scenario file gives it: the class is chosen by ``action``.
+Step = Annotated[AnyStep, Field(discriminator="action")]
 
 
 class Scenario(_Model):
@@ -365,7 +366,7 @@ class Scenario(_Model):
         nodes: list[str] = []
         links: list[tuple[str, str, str]] = []
         for st in self.steps:
-            if st.action != "join":
+            if not isinstance(st, Join):
                 continue
             if st.node is not None:
                 if st.node not in nodes:
@@ -378,7 +379,7 @@ class Scenario(_Model):
     def join_variants(self) -> dict[str, str]:
         """Joining nodes that run their own variant: name -> variant spec text (the last join step wins)."""
         return {st.node: st.variant for st in self.steps
-                if st.action == "join" and st.node is not None and st.variant is not None}  # fmt: skip
+                if isinstance(st, Join) and st.node is not None and st.variant is not None}  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as a document ``parse_scenario_yaml`` reads back (defaults left out)."""
@@ -453,10 +454,8 @@ def _strip_union_tags(loc: Loc) -> Loc:
     return tuple(out)
 
 
-_ACTIONS = (
-    "kill", "restart", "pause", "resume", "remove_node", "partition", "heal", "link_down", "link_up", "flap",
-    "link_change", "churn", "join", "adversary", "traffic", "wait", "check", "note",
-)  # fmt: skip
+#: every step's ``action``, in the order of AnyStep
+_ACTIONS: tuple[str, ...] = tuple(get_args(cls.model_fields["action"].annotation)[0] for cls in get_args(AnyStep))
 
 
 # -- the reference simulator's sequences ----------------------------------------------------------

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 
 import networkx as nx
 
-__all__ = ["TargetError", "TargetView", "balanced_halves", "min_cut_groups", "resolve_link", "resolve_nodes"]
+__all__ = ["TargetError", "TargetView", "balanced_halves", "min_cut_groups", "resolve_link", "resolve_nodes",
+           "sample_pairs"]
 
 
 class TargetError(ValueError):
@@ -189,3 +190,21 @@ def resolve_link(link: tuple[str, str] | str, view: TargetView, rng: random.Rand
             raise TargetError("the live graph has no bridge")
         return best
     raise TargetError(f"unknown link role {link!r}")
+
+
+def sample_pairs(graph: nx.Graph, n: int, rng: random.Random) -> list[tuple[str, str]]:
+    """Up to ``n`` ordered pairs of distinct nodes that share a component of ``graph``, drawn with ``rng``."""
+    comps = [sorted(c) for c in nx.connected_components(graph) if len(c) > 1]
+    total = sum(len(c) * (len(c) - 1) for c in comps)
+    if total == 0:
+        return []
+    if total <= 4 * n:
+        cands = [(a, b) for c in comps for a in c for b in c if a != b]
+        return rng.sample(cands, min(n, len(cands)))
+    out: set[tuple[str, str]] = set()
+    weights = [len(c) * (len(c) - 1) for c in comps]
+    while len(out) < n:
+        c = rng.choices(comps, weights)[0]
+        a, b = rng.sample(c, 2)
+        out.add((a, b))
+    return sorted(out)

@@ -1,0 +1,255 @@
+"""Apply one scenario step to a backend: resolve its targets on the live graph, do it, say what was done.
+
+:meth:`StepApplier.apply` dispatches on the step's class (a ``match`` that ends in ``assert_never``, so a
+step class added to :data:`~orchestrator.chaos.scenario.AnyStep` without its case here is a type error). Each
+case is one handler, and a fault is one method of the backend's NodeFaults or LinkFaults protocol
+(orchestrator.chaos.backend); roles are resolved on its Observation, traffic set through BackgroundTraffic. Every fault
+is reported as it happens through ``act`` (the run's actions.jsonl, its metrics and the live view); the
+handler returns the step's targets and a detail for the step's record. What the checker does after a step
+is the runner's business (orchestrator.chaos.runner).
+
+Adding an action: a step class in orchestrator.chaos.scenario, one case and its handler here, and, for a new
+kind of fault, a method in the small protocol it belongs to with each backend's implementation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+from node.core.variants import VariantSpec
+
+from orchestrator.chaos.backend import ChaosBackend
+from orchestrator.chaos.scenario import (
+    Adversary, AnyStep, Check, Churn, Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Note, Partition, Pause,
+    RemoveNode, Restart, Resume, Scenario, Traffic, Wait, _LinkStep, _NodeStep,
+)  # fmt: skip
+from orchestrator.chaos.targets import (
+    TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes, sample_pairs,
+)  # fmt: skip
+
+__all__ = ["Act", "Applied", "StepApplier"]
+
+#: ``act(action, target, detail)``: one fault as it happens (the runner records it and tells its hooks)
+Act = Callable[[str, "str | None", "dict[str, Any] | None"], None]
+#: what a step did: its targets for the record (node names, or ``[a, b]`` links and groups), and a detail
+Applied = tuple[list[Any], "str | None"]
+
+
+@dataclass
+class StepApplier:
+    backend: ChaosBackend
+    scenario: Scenario
+    rng: random.Random
+    act: Act
+
+    async def apply(self, step: AnyStep) -> Applied:
+        """Do ``step``; raises TargetError when a target cannot be resolved on the live graph."""
+        b = self.backend
+        match step:
+            case Kill():
+                return await self._each_node(step, "kill_root" if step.target == "root" else "kill", b.kill)
+            case Restart():
+                return await self._each_node(step, "restart", b.restart)
+            case Pause():
+                return await self._pause(step)
+            case Resume():
+                return await self._each_node(step, "resume", b.resume)
+            case RemoveNode():
+                return await self._remove_node(step)
+            case Partition():
+                return await self._partition(step)
+            case Heal():
+                back = await b.heal()
+                self.act("heal", None, {"links": [f"{x}--{y}" for x, y in back]})
+                return [], f"{len(back)} link(s) restored"
+            case LinkDown() | LinkUp():
+                return await self._link_down_up(step)
+            case Flap():
+                return await self._flap(step)
+            case LinkChange():
+                x, y = await self._link(step)
+                await b.link_change(x, y, step.link_class, step.shaping)
+                self.act("link_change", f"{x}--{y}", {"class": step.link_class, "shaping": step.shaping})
+                return [[x, y]], None
+            case Churn():
+                return await self._churn(step)
+            case Join():
+                return await self._join(step)
+            case Adversary():
+                return await self._adversary(step)
+            case Traffic():
+                return self._traffic(step)
+            case Wait():
+                if step.s is not None:
+                    await b.sleep(step.s)
+                return [], None
+            case Check() | Note():
+                return [], None
+            case _:
+                assert_never(step)
+
+    # ------------------------------------------------------------------ targets
+
+    async def view(self) -> TargetView:
+        """The live graph with each live node's key, root and parent: what roles are resolved on."""
+        b = self.backend
+        states = await b.states()
+        return TargetView(
+            b.live_graph(),
+            {n: s.key for n, s in states.items()},
+            {n: s.root for n, s in states.items()},
+            await b.parents(),
+        )
+
+    async def _nodes(self, step: _NodeStep) -> list[str]:
+        if step.target in self.backend.known_nodes():
+            return [step.target]  # a node by name, alive or not (killing a dead node is a no-op, as in the reference)
+        return resolve_nodes(step.target, await self.view(), self.rng, step.count)
+
+    async def _link(self, step: _LinkStep) -> tuple[str, str]:
+        if isinstance(step.link, tuple):
+            return step.link  # a named link may be down now (link_up): no graph check
+        return resolve_link(step.link, await self.view(), self.rng)
+
+    async def _groups(self, step: Partition) -> list[set[str]]:
+        view = await self.view()
+        live = set(view.live())
+        if step.groups is not None:
+            listed: set[str] = set()
+            groups: list[set[str]] = []
+            rest_at = None
+            for g in step.groups:
+                if list(g) == ["rest"]:
+                    rest_at = len(groups)
+                    groups.append(set())
+                    continue
+                unknown = set(g) - set(self.backend.known_nodes())
+                if unknown:
+                    raise TargetError(f"unknown node(s) in a partition group: {', '.join(sorted(unknown))}")
+                groups.append(set(g))
+                listed |= set(g)
+            if rest_at is not None:
+                groups[rest_at] = live - listed
+            return [g for g in groups if g]
+        if step.by == "halves":  # balanced, each half connected where possible, few links cut
+            a, b = balanced_halves(view, self.rng)
+            return [a, b]
+        if step.by == "root":
+            root = view.root()
+            return [{root}, live - {root}]
+        small, big = min_cut_groups(view)
+        return [small, big]
+
+    # ------------------------------------------------------------------ node faults
+
+    async def _each_node(self, step: _NodeStep, action: str, fault: Callable[[str], Awaitable[None]]) -> Applied:
+        names = await self._nodes(step)  # a name is used alive or not; a role is resolved on the live graph
+        for n in names:
+            self.act(action, n, None)
+            await fault(n)
+        return names, None
+
+    async def _pause(self, step: Pause) -> Applied:
+        b = self.backend
+        names, _ = await self._each_node(step, "pause", b.pause)
+        if step.for_s:
+            await b.sleep(step.for_s)
+            for n in names:
+                self.act("resume", n, None)
+                await b.resume(n)
+        return names, None
+
+    async def _remove_node(self, step: RemoveNode) -> Applied:
+        b = self.backend
+        if step.target not in b.known_nodes():
+            return [], "no such node: nothing to remove"
+        done = await b.remove_node(step.target)
+        if done:
+            self.act("kill", step.target, {"remove": True})
+        return [step.target], None if done else "not running: nothing to remove"
+
+    async def _churn(self, step: Churn) -> Applied:
+        b = self.backend
+        live = sorted(b.live_graph().nodes)
+        n = max(1, round(step.fraction * len(live)))
+        chosen = self.rng.sample(live, min(n, len(live)))
+        gap = step.duration_s / len(chosen)
+        plan: list[tuple[float, int, str, str]] = []
+        for i, name in enumerate(chosen):
+            leave = i * gap
+            plan.append((leave, 0, "kill", name))
+            plan.append((min(leave + step.down_s, step.duration_s), 1, "restart", name))
+        plan.sort()
+        start = b.now()
+        for t, _, op, name in plan:
+            wait = start + t - b.now()
+            if wait > 0:
+                await b.sleep(wait)
+            self.act(op, name, {"churn": True})
+            await (b.kill(name) if op == "kill" else b.restart(name))
+        rest = start + step.duration_s - b.now()
+        if rest > 0:
+            await b.sleep(rest)
+        return chosen, f"{len(chosen)} node(s) left and came back over {step.duration_s:g} s"
+
+    async def _join(self, step: Join) -> Applied:
+        b = self.backend
+        if step.node is not None:
+            await b.add_node(step.node, step.peers, step.link_class, step.adversary,
+                             VariantSpec.parse(step.variant) if step.variant else None)  # fmt: skip
+            self.act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary})
+            return [step.node], None
+        assert step.link is not None  # Join's validator: a node or a link
+        x, y = step.link
+        await b.link_up(x, y, step.link_class)
+        self.act("join", f"{x}--{y}", {"class": step.link_class})
+        return [[x, y]], None
+
+    async def _adversary(self, step: Adversary) -> Applied:
+        names = await self._nodes(step)
+        for n in names:
+            await self.backend.adversary(n, dict(step.drop), step.peer)
+            self.act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
+        return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
+
+    # ------------------------------------------------------------------ link faults
+
+    async def _partition(self, step: Partition) -> Applied:
+        groups = await self._groups(step)
+        cut = await self.backend.partition(groups)
+        self.act("partition", None, {"groups": [sorted(g) for g in groups], "links": [f"{x}--{y}" for x, y in cut]})
+        return [sorted(g) for g in groups], f"{len(cut)} link(s) cut"
+
+    async def _link_down_up(self, step: LinkDown | LinkUp) -> Applied:
+        b = self.backend
+        x, y = await self._link(step)
+        done = await (b.link_down(x, y) if isinstance(step, LinkDown) else b.link_up(x, y))
+        if done:
+            self.act(step.action, f"{x}--{y}", None)
+        return [[x, y]], None if done else "no such link: nothing to do"
+
+    async def _flap(self, step: Flap) -> Applied:
+        b = self.backend
+        x, y = await self._link(step)
+        for _ in range(step.count):
+            await b.link_down(x, y)
+            self.act("link_down", f"{x}--{y}", {"flap": True})
+            await b.sleep(step.period_s / 2)
+            await b.link_up(x, y)
+            self.act("link_up", f"{x}--{y}", {"flap": True})
+            await b.sleep(step.period_s / 2)
+        return [[x, y]], f"{step.count} flap(s) of {step.period_s:g} s"
+
+    # ------------------------------------------------------------------ traffic
+
+    def _traffic(self, step: Traffic) -> Applied:
+        b, spec = self.backend, self.scenario.traffic
+        rate = step.rate_per_s if step.rate_per_s is not None else (spec.rate_per_s if spec else 4.0)
+        n = step.pairs if step.pairs is not None else (spec.pairs if spec else 20)
+        modes = spec.modes if spec else ("snek", "tree")
+        pairs = sample_pairs(b.live_graph(), n, self.rng) if step.enabled else []
+        b.traffic(step.enabled and rate > 0, rate, pairs, modes, spec.timeout_s if spec else 5.0)
+        return [], f"traffic {'on' if step.enabled else 'off'}"
