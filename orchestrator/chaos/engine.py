@@ -1,16 +1,24 @@
 """Running a chaos scenario: the library behind ``snekbed chaos``, ``snekbed ab`` and ``snekbed demo``.
 
-:func:`execute` runs one scenario on one topology with the chosen backend and returns the ``--json``
-document (docs/chaos.md); :func:`step_line` is the one-line progress form of a step's record.
+:func:`execute` runs one scenario on one topology as :class:`ChaosOptions` say and returns the ``--json``
+document (docs/chaos.md). The backend is made once, by the factory registered under ``options.backend``
+(:data:`BACKENDS`; :func:`register_backend`, :func:`make_backend`): a factory returns a :class:`PreparedRun`,
+the backend (orchestrator.chaos.backend's protocols) with what the run needs of it besides (its trio clock,
+run directory and id, metrics, live view, the keys it adds to the document), so ``execute`` knows no backend by
+name. Problems are exceptions (:class:`ChaosSetupError`, ScenarioError, TopologyError) that the command line
+turns into usage errors. :func:`step_line` is the one-line progress form of a step's record.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
@@ -20,19 +28,24 @@ from node.core.variants import VariantSpec
 from node.httpserve import serve_app
 
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
-from orchestrator.chaos.backend import DeferredRemoval
+from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
 from orchestrator.chaos.inproc_backend import InprocChaos
-from orchestrator.chaos.runner import run_scenario
-from orchestrator.chaos.scenario import Scenario, ScenarioError
+from orchestrator.chaos.runner import Progress, run_scenario
+from orchestrator.chaos.scenario import Kill, Pause, RemoveNode, Restart, Resume, Scenario, ScenarioError, load_scenario
 from orchestrator.model.runs import create_run, new_run_id, runs_root
 from orchestrator.model.topology import Topology
+from orchestrator.model.topology_loaders import load_topology
 from orchestrator.tools.monitoring import RunMetrics, serve_metrics
 from orchestrator.tools.view.app import LiveHub, build_live_app
 from orchestrator.tools.view.frames import GraphInfo
 from orchestrator.tools.view.live import InprocLive
 
-__all__ = ["ChaosSetupError", "HOST_REFUSED", "execute", "full_topology", "resolve_scenario", "shipped_scenarios",
-           "step_line"]
+if TYPE_CHECKING:
+    from orchestrator.chaos.docker_backend import DockerChaos
+
+__all__ = ["BACKENDS", "ChaosOptions", "ChaosSetupError", "HOST_REFUSED", "PreparedRun", "execute", "full_topology",
+           "load_inputs", "make_backend", "register_backend", "require_topology", "resolve_scenario",
+           "shipped_scenarios", "step_line"]
 
 
 class ChaosSetupError(ValueError):
@@ -40,7 +53,77 @@ class ChaosSetupError(ValueError):
 
 
 #: Faults that need a node's container: refused for host nodes (docs/orchestrator.md, "Host nodes").
-HOST_REFUSED = ("kill", "restart", "pause", "resume", "remove_node")
+HOST_REFUSED = (Kill, Restart, Pause, Resume, RemoveNode)
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """How to run a scenario: every setting of ``snekbed chaos`` but the scenario and the topology.
+
+    ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
+    ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
+    ``clock`` and ``boot_spread_s``: in process only (InprocChaos). ``image``, ``keep``, ``runs_dir``,
+    ``monitoring`` and ``prometheus_image``: Docker (and swarm) only. ``removal`` (Docker): the run returns once
+    its nodes have stopped, and the removal of its containers and networks goes on in that object's thread
+    (``removal.wait()`` joins it); without it, the run returns removed.
+    """
+
+    backend: str = "inproc"
+    seed: int = 0
+    variant: VariantSpec = field(default_factory=VariantSpec)
+    record: Path | None = None
+    runs_dir: Path | None = None
+    image: str | None = None
+    keep: bool = False
+    clock: str = "virtual"
+    boot_spread_s: float = DEFAULT_BOOT_SPREAD_S
+    ab: dict[str, Any] | None = None
+    monitoring: bool = False
+    prometheus_image: str | None = None
+    metrics_at: HostPort | None = None
+    view_at: HostPort | None = None
+    removal: DeferredRemoval | None = None
+
+
+@dataclass
+class PreparedRun:
+    """A backend made for one run, and what the run needs of it besides the backend protocols."""
+
+    backend: ChaosBackend
+    run_id: str
+    run_dir: str | None
+    #: trio's clock for the run (a virtual one in process), None for the real clock
+    clock: trio.abc.Clock | None = None
+    #: the run's own metrics (snekbed_* series), when they are served or scraped
+    metrics: RunMetrics | None = None
+    #: keys this backend adds to the --json document
+    report: dict[str, Any] = field(default_factory=dict)
+    #: the source of the live view (``--view``), for a backend that has one
+    live: Callable[[], InprocLive] | None = None
+
+
+#: (scenario, topology, options) -> the prepared run: how one kind of backend is made
+BackendFactory = Callable[[Scenario, "Topology | None", ChaosOptions], PreparedRun]
+#: every backend by name, in the order ``--backend`` lists them
+BACKENDS: dict[str, BackendFactory] = {}
+
+
+def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
+    """Register a factory under ``name`` (``--backend NAME``)."""
+
+    def add(factory: BackendFactory) -> BackendFactory:
+        BACKENDS[name] = factory
+        return factory
+
+    return add
+
+
+def make_backend(sc: Scenario, topology: Topology | None, options: ChaosOptions) -> PreparedRun:
+    """The backend ``options.backend`` names, made for ``sc`` on ``topology``."""
+    factory = BACKENDS.get(options.backend)
+    if factory is None:
+        raise ChaosSetupError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
+    return factory(sc, topology, options)
 
 
 def shipped_scenarios() -> dict[str, Path]:
@@ -57,6 +140,21 @@ def resolve_scenario(spec: str) -> Path:
     if spec in shipped:
         return shipped[spec]
     raise ScenarioError(f"no such file, and not a shipped scenario (shipped: {', '.join(sorted(shipped))})", file=spec)
+
+
+def require_topology(sc: Scenario, topology: Topology | None, file: str | None = None) -> None:
+    """ScenarioError when ``sc`` has no topology to run on and does not build its network."""
+    if topology is None and not sc.builds_network:
+        raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=file)
+
+
+def load_inputs(scenario: str, topology_path: Path | None) -> tuple[Scenario, Topology | None]:
+    """The scenario (a file or a shipped name) and the topology (optional for a sequence that builds its network);
+    ScenarioError or TopologyError names the file, the line and the field."""
+    topology = load_topology(topology_path) if topology_path is not None else None
+    sc = load_scenario(resolve_scenario(scenario))
+    require_topology(sc, topology, scenario)
+    return sc, topology
 
 
 def step_line(rec: dict[str, Any]) -> str:
@@ -89,10 +187,55 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
     return Topology.from_data(doc)
 
 
-def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: Path | None, runs_dir: Path | None,
-                    image: str | None, keep: bool, variant: VariantSpec, monitoring: bool = False,
-                    prometheus_image: str | None = None, swarm: bool = False,
-                    removal: DeferredRemoval | None = None) -> Any:  # fmt: skip
+# ---------------------------------------------------------------------- the backends
+
+
+@register_backend("inproc")
+def _inproc(sc: Scenario, topology: Topology | None, o: ChaosOptions) -> PreparedRun:
+    backend = InprocChaos(topology, seed=o.seed, record=o.record, declared=sc.declared(), scenario_name=sc.name,
+                          variant=o.variant, ab=o.ab, boot_spread_s=o.boot_spread_s)  # fmt: skip
+    run_id = o.record.name if o.record is not None else sc.name
+    return PreparedRun(
+        backend, run_id, str(o.record) if o.record is not None else None,
+        clock=trio.testing.MockClock(autojump_threshold=0) if o.clock == "virtual" else None,
+        metrics=RunMetrics(run_id) if o.metrics_at is not None else None,
+        report={"boot_spread_s": o.boot_spread_s},  # no wall-clock figure: the document is a function of inputs and seed
+        live=lambda: _inproc_live(backend, sc, topology, run_id),
+    )  # fmt: skip
+
+
+def _inproc_live(backend: InprocChaos, sc: Scenario, topology: Topology | None, run_id: str) -> InprocLive:
+    """The live view's source over the in-process network, the scenario's joining nodes and links included."""
+    extra_nodes, extra_links = sc.declared()
+    nodes = (topology.node_names if topology is not None else []) + [n for n in extra_nodes
+                                                                     if topology is None or n not in topology.node_names]
+    links = [(x.a, x.b, x.link_class) for x in topology.links] if topology is not None else []
+    graph = GraphInfo(sc.name, nodes, {n: sn.key.hex() for n, sn in backend.net.nodes.items()}, links + extra_links)
+    return InprocLive(backend.net, graph, run_id, status_of=backend.view_status)
+
+
+@register_backend("docker")
+def _docker(sc: Scenario, topology: Topology | None, o: ChaosOptions) -> PreparedRun:
+    return _on_docker(sc, topology, o, swarm=False)
+
+
+@register_backend("swarm")
+def _swarm(sc: Scenario, topology: Topology | None, o: ChaosOptions) -> PreparedRun:
+    return _on_docker(sc, topology, o, swarm=True)
+
+
+def _on_docker(sc: Scenario, topology: Topology | None, o: ChaosOptions, swarm: bool) -> PreparedRun:
+    if o.view_at is not None:
+        raise ChaosSetupError("--view serves an in-process --clock real run; follow a Docker run with "
+                              "`snekbed view --live`")  # fmt: skip
+    t = time.monotonic()
+    backend = _docker_backend(topology, sc, o, swarm)
+    prepare_s = time.monotonic() - t  # the node image checked (built if its inputs changed)
+    return PreparedRun(backend, backend.run.run_id, str(backend.run.path), metrics=backend.metrics,
+                       report={"prepare_s": round(prepare_s, 3)})  # fmt: skip
+
+
+def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, swarm: bool) -> DockerChaos:
     import docker  # the Docker SDK: an optional extra, loaded only for --backend docker|swarm
 
     from orchestrator.backends.docker import DockerBackend
@@ -101,15 +244,14 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
     from orchestrator.chaos.docker_backend import DockerChaos
     from orchestrator.chaos.swarm_backend import SwarmChaos
 
-    full = full_topology(topology, sc).with_variant(variant)
+    full = full_topology(topology, sc).with_variant(o.variant)
     if not full.links:
         raise ChaosSetupError(f"scenario {sc.name}: nothing to run on Docker (no links)")
     hosts = {n.name for n in full.nodes if n.host}
     for i, step in enumerate(sc.steps):
-        target = getattr(step, "target", None)
-        if step.action in HOST_REFUSED and target in hosts:
-            raise ChaosSetupError(f"scenario {sc.name}: steps[{i}] ({step.action} {target}): {target} is a host "
-                                   "node (runs outside Docker): only pings, link and partition faults apply to it")
+        if isinstance(step, HOST_REFUSED) and step.target in hosts:
+            raise ChaosSetupError(f"scenario {sc.name}: steps[{i}] ({step.action} {step.target}): {step.target} is a "
+                                  "host node (runs outside Docker): only pings, link and partition faults apply to it")
     swarm_backend = SwarmBackend(docker.from_env()) if swarm else None
     backend = swarm_backend or DockerBackend(docker.from_env())
     if swarm_backend is not None:
@@ -118,110 +260,70 @@ def _docker_backend(topology: Topology | None, sc: Scenario, seed: int, record: 
             swarm_backend.check_topology(full)
         except SwarmError as exc:
             raise ChaosSetupError(str(exc)) from None
-    if image is None:
-        image = build_node_image(backend.client).tag
-    if monitoring and prometheus_image is None:
+    image = o.image if o.image is not None else build_node_image(backend.client).tag
+    prometheus_image = o.prometheus_image
+    if o.monitoring and prometheus_image is None:
         prometheus_image = build_prometheus_image(backend.client)
-    root, run_id = (record.parent, record.name) if record is not None else (runs_root(runs_dir), new_run_id())
+    root, run_id = (o.record.parent, o.record.name) if o.record is not None else (runs_root(o.runs_dir), new_run_id())
     run = create_run(root, run_id, topology=full.to_record())
     declared_nodes, declared_links = sc.declared()
     initial = set(topology.node_names) if topology is not None else set()
+    start_stopped = [n for n in declared_nodes if n not in initial]
+    start_unlinked = [(a, b) for a, b, _ in declared_links
+                      if topology is None or not any({ln.a, ln.b} == {a, b} for ln in topology.links)]  # fmt: skip
+    metrics = RunMetrics(run.run_id) if o.monitoring or o.metrics_at is not None else None
     if swarm_backend is not None:
-        return SwarmChaos(full, run, image=image, seed=seed, backend=swarm_backend, keep=keep,
-                          start_stopped=[n for n in declared_nodes if n not in initial],
-                          start_unlinked=[(a, b) for a, b, _ in declared_links
-                                          if topology is None or not any({ln.a, ln.b} == {a, b}
-                                                                         for ln in topology.links)])
-    return DockerChaos(full, run, image=image, seed=seed, backend=backend, keep=keep,
-                       prometheus_image=prometheus_image if monitoring else None,
-                       metrics=RunMetrics(run.run_id) if monitoring else None, removal=removal,
-                       start_stopped=[n for n in declared_nodes if n not in initial],
-                       start_unlinked=[(a, b) for a, b, _ in declared_links
-                                       if topology is None or not any({ln.a, ln.b} == {a, b} for ln in topology.links)])
+        chaos: DockerChaos = SwarmChaos(full, run, image=image, seed=o.seed, backend=swarm_backend, keep=o.keep,
+                                        start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab)
+        chaos.metrics = metrics
+        return chaos
+    return DockerChaos(full, run, image=image, seed=o.seed, backend=backend, keep=o.keep,
+                       prometheus_image=prometheus_image if o.monitoring else None, metrics=metrics,
+                       removal=o.removal, start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab)
 
 
-def execute(sc: Scenario, topology: Topology | None, *, backend: str = "inproc", seed: int = 0,
-            record: Path | None = None, runs_dir: Path | None = None, image: str | None = None, keep: bool = False,
-            clock: str = "virtual", progress: Any = None, variant: VariantSpec | None = None,
-            ab: dict[str, Any] | None = None, monitoring: bool = False, prometheus_image: str | None = None,
-            metrics_at: HostPort | None = None, view_at: HostPort | None = None,
-            removal: DeferredRemoval | None = None,
-            boot_spread_s: float = DEFAULT_BOOT_SPREAD_S) -> dict[str, Any]:  # fmt: skip
-    """Run ``sc`` on ``topology`` with the chosen backend; the ``--json`` document, with ``run_dir``.
+# ---------------------------------------------------------------------- the run
 
-    ``removal`` (Docker): the run returns once its nodes have stopped, and the removal of its containers and
-    networks goes on in that object's thread (``removal.wait()`` joins it); without it, the run returns removed.
 
-    ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
-    ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
-    ``boot_spread_s`` (in process): how far apart the routers boot (InprocChaos).
-    """
-    variant = variant or VariantSpec()
-    t_prepare = time.monotonic()
-    if backend in ("docker", "swarm"):
-        chaos_backend = _docker_backend(topology, sc, seed, record, runs_dir, image, keep, variant, monitoring,
-                                        prometheus_image, swarm=backend == "swarm", removal=removal)  # fmt: skip
-        clock_obj = None
-        run_dir: str | None = str(chaos_backend.run.path)
-        run_id = chaos_backend.run.run_id
-        metrics = chaos_backend.metrics
-    else:
-        chaos_backend = InprocChaos(topology, seed=seed, record=record, declared=sc.declared(), scenario_name=sc.name,
-                                    variant=variant, ab=ab, boot_spread_s=boot_spread_s)  # fmt: skip
-        clock_obj = trio.testing.MockClock(autojump_threshold=0) if clock == "virtual" else None
-        run_dir = str(record) if record is not None else None
-        run_id = record.name if record is not None else sc.name
-        metrics = None
-    prepare_s = time.monotonic() - t_prepare  # Docker: the node image checked (built if its inputs changed)
+def execute(sc: Scenario, topology: Topology | None, options: ChaosOptions | None = None,
+            progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run ``sc`` on ``topology`` as ``options`` say (default: in process, seed 0); the ``--json`` document, with
+    ``run_dir``. ``progress(step_record)`` is called after each step."""
+    o = options or ChaosOptions()
+    prepared = make_backend(sc, topology, o)
     server = None
-    if metrics_at is not None:
-        metrics = metrics or RunMetrics(run_id)
-        if backend in ("docker", "swarm"):
-            chaos_backend.metrics = metrics
-        server = serve_metrics(metrics, metrics_at.host, metrics_at.port)
+    if o.metrics_at is not None:
+        prepared.metrics = prepared.metrics or RunMetrics(prepared.run_id)
+        server = serve_metrics(prepared.metrics, o.metrics_at.host, o.metrics_at.port)
         print(f"snekbed chaos: run metrics on {server.url}", file=sys.stderr)
     try:
-        if view_at is not None:
-            assert isinstance(chaos_backend, InprocChaos)
-            out = trio.run(_run_viewed, chaos_backend, sc, topology, seed, progress, metrics, view_at, run_id)
+        if o.view_at is not None:
+            out = trio.run(_run_viewed, prepared, sc, o.seed, progress, o.view_at, clock=prepared.clock)
         else:
-            out = trio.run(run_scenario_async, chaos_backend, sc, seed, progress, metrics, clock=clock_obj)
+            run = partial(run_scenario, prepared.backend, sc, seed=o.seed, progress=progress, metrics=prepared.metrics)
+            out = trio.run(run, clock=prepared.clock)
     finally:
         if server is not None:
             server.close()
-    if backend in ("docker", "swarm") and ab is not None:
-        chaos_backend.run.update_meta(ab=ab)
-    out["run_dir"] = run_dir
-    out["variant"] = str(variant)
-    if backend == "inproc":
-        out["boot_spread_s"] = boot_spread_s
-    else:  # a wall-clock figure: an in-process run's JSON is a function of its inputs and seed alone
-        out["prepare_s"] = round(prepare_s, 3)
+    out["run_dir"] = prepared.run_dir
+    out["variant"] = str(o.variant)
+    out.update(prepared.report)
     return out
 
 
-async def _run_viewed(backend: InprocChaos, scenario: Scenario, topology: Topology | None, seed: int, progress: Any,
-                      metrics: RunMetrics | None, view_at: HostPort, run_id: str) -> dict[str, Any]:  # fmt: skip
-    """The scenario, with the live view of its in-process network served alongside (real clock)."""
-    extra_nodes, extra_links = scenario.declared()
-    nodes = (topology.node_names if topology is not None else []) + [n for n in extra_nodes
-                                                                     if topology is None or n not in topology.node_names]
-    links = [(x.a, x.b, x.link_class) for x in topology.links] if topology is not None else []
-    graph = GraphInfo(scenario.name, nodes, {n: sn.key.hex() for n, sn in backend.net.nodes.items()},
-                      links + extra_links)
-    live = InprocLive(backend.net, graph, run_id, status_of=backend.view_status)
+async def _run_viewed(prepared: PreparedRun, scenario: Scenario, seed: int, progress: Progress | None,
+                      view_at: HostPort) -> dict[str, Any]:  # fmt: skip
+    """The scenario, with the live view of its network served alongside (real clock)."""
+    if prepared.live is None:
+        raise ChaosSetupError("--view: this backend has no live view here (`snekbed view --live` follows Docker runs)")
+    live = prepared.live()
     hub = LiveHub(live)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hub.run)
         bound = await nursery.start(serve_app, build_live_app(hub), view_at, trio.sleep_forever)
         print(f"snekbed chaos: live view on http://{bound}/", file=sys.stderr)
         try:
-            return await run_scenario(backend, scenario, seed=seed, on_action=live.fault, progress=progress,
-                                      metrics=metrics)
+            return await run_scenario(prepared.backend, scenario, seed=seed, on_action=live.fault, progress=progress,
+                                      metrics=prepared.metrics)
         finally:
             nursery.cancel_scope.cancel()
-
-
-async def run_scenario_async(backend: Any, scenario: Scenario, seed: int, progress: Any,
-                             metrics: RunMetrics | None = None) -> dict[str, Any]:  # fmt: skip
-    return await run_scenario(backend, scenario, seed=seed, progress=progress, metrics=metrics)

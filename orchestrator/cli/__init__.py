@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "down": "orchestrator.cli.run:down",
     "compose": "orchestrator.cli.run:compose",
     "analyze": "pipeline.cli:analyze",
-    "demo": "orchestrator.experiments.demo:demo",
+    "demo": "orchestrator.cli.demo:demo",
     "capture": "orchestrator.cli.capture:capture",
     "wireshark": "orchestrator.cli.capture:wireshark",
     "dashboards": "orchestrator.cli.dashboards:dashboards",

@@ -26,10 +26,9 @@ from pipeline.errors import PipelineError
 from pipeline.jobs.ab import Metric, compare_metric, summary_text
 
 from orchestrator.experiments.ab import AbPlan, run_arms
-from orchestrator.chaos.engine import resolve_scenario
-from orchestrator.chaos.scenario import ScenarioError, load_scenario
+from orchestrator.chaos.engine import load_inputs
+from orchestrator.chaos.scenario import ScenarioError
 from orchestrator.model.topology import TopologyError
-from orchestrator.model.topology_loaders import load_topology
 
 __all__ = ["ab"]
 
@@ -88,10 +87,7 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
     t0 = time.monotonic()
     a, b = _spec(a_text, "--a"), _spec(b_text, "--b")
     try:
-        topology = load_topology(topology_path) if topology_path is not None else None
-        sc = load_scenario(resolve_scenario(scenario))
-        if topology is None and not sc.builds_network:
-            raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=scenario)
+        sc, topology = load_inputs(scenario, topology_path)
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -18,7 +18,9 @@ import click
 from node.core.variants import VariantError, VariantSpec
 
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
-from orchestrator.chaos.engine import ChaosSetupError, execute, resolve_scenario, shipped_scenarios, step_line
+from orchestrator.chaos.engine import (
+    BACKENDS, ChaosOptions, ChaosSetupError, execute, require_topology, resolve_scenario, shipped_scenarios, step_line,
+)  # fmt: skip
 from orchestrator.chaos.nemesis import random_scenario
 from orchestrator.chaos.scenario import ScenarioError, load_scenario
 from orchestrator.cli.options import address_option
@@ -32,7 +34,7 @@ __all__ = ["chaos"]
 @click.argument("scenario", required=False)
 @click.option("--topology", "topology_path", type=click.Path(dir_okay=False, path_type=Path),
               help="topology file (optional for a sequence that builds its network)")
-@click.option("--backend", type=click.Choice(["inproc", "docker", "swarm"]), default="inproc", show_default=True,
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="inproc", show_default=True,
               help="swarm: services of the swarm this engine manages (docs/chaos.md, \"Swarm\")")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--random", "random_n", type=int, default=None, help="run a seeded random schedule of N faults")
@@ -104,8 +106,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
             raise click.UsageError("give a SCENARIO (a file or a shipped name: --list) or --random N")
         else:
             sc = load_scenario(resolve_scenario(scenario))
-        if topology is None and not sc.builds_network:
-            raise ScenarioError(f"scenario {sc.name} needs --topology (it does not build its network)", file=scenario)
+        require_topology(sc, topology, scenario)
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -114,12 +115,11 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
         if not as_json:
             click.echo(step_line(rec))
 
+    options = ChaosOptions(backend=backend, seed=seed, variant=variant, record=record, runs_dir=runs_dir, image=image,
+                           keep=keep, clock=clock, boot_spread_s=boot_spread_s, monitoring=monitoring,
+                           prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr)  # fmt: skip
     try:
-        out = execute(sc, topology, backend=backend, seed=seed, record=record, runs_dir=runs_dir, image=image,
-                      keep=keep,
-                      clock=clock, progress=progress, variant=variant, monitoring=monitoring,
-                      prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
-                      boot_spread_s=boot_spread_s)  # fmt: skip
+        out = execute(sc, topology, options, progress)
     except ChaosSetupError as exc:
         raise click.UsageError(str(exc)) from None
     if as_json:

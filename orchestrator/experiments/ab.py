@@ -24,7 +24,7 @@ from typing import Any
 
 from node.core.variants import VariantSpec
 
-from orchestrator.chaos.engine import execute
+from orchestrator.chaos.engine import ChaosOptions, execute
 from orchestrator.chaos.scenario import Scenario
 from orchestrator.model.runs import new_run_id
 from orchestrator.model.topology import Topology
@@ -62,6 +62,13 @@ def _step_summary(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _options(plan: AbPlan, seed: int, spec: VariantSpec, ab: dict[str, Any], record: Path) -> ChaosOptions:
+    """One arm's run: recorded at ``record`` (in process), or as a Docker run under ``OUT/runs``."""
+    if plan.backend == "inproc":
+        return ChaosOptions(seed=seed, variant=spec, ab=ab, record=record)
+    return ChaosOptions(backend=plan.backend, seed=seed, variant=spec, ab=ab, runs_dir=record.parent, image=plan.image)
+
+
 def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run every (seed, arm) pair, recording each run; write and return the manifest (``OUT/ab.json``).
 
@@ -79,12 +86,7 @@ def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] 
             ab = {"experiment": experiment, "arm": arm, "seed": seed, "a": str(plan.a), "b": str(plan.b)}
             record = root / f"{arm}-s{seed}"
             t0 = time.monotonic()
-            if plan.backend == "docker":
-                result = execute(plan.scenario, plan.topology, backend="docker", seed=seed, runs_dir=root,
-                                 image=plan.image, variant=spec, ab=ab)  # fmt: skip
-            else:
-                result = execute(plan.scenario, plan.topology, backend="inproc", seed=seed, record=record,
-                                 variant=spec, ab=ab)  # fmt: skip
+            result = execute(plan.scenario, plan.topology, _options(plan, seed, spec, ab, record))
             run = {
                 "arm": arm, "seed": seed, "spec": str(spec), "run_dir": result["run_dir"],
                 "verdict": result["verdict"], "wall_s": round(time.monotonic() - t0, 2),

@@ -1,4 +1,4 @@
-"""``snekbed demo``: the main job on a fresh machine.
+"""The demo, the main job on a fresh machine (``snekbed demo``: orchestrator.cli.demo parses and calls :func:`run_demo`).
 
 With a reachable Docker engine and the Docker backend installed, run the shipped
 ``demo`` chaos scenario (kill the root, partition into halves, heal, with pings
@@ -13,6 +13,9 @@ would otherwise come after the run); in the same thread the analysis then warms 
 in-process run (its first pass compiles Spark's generated code and JIT-compiles Spark itself, so the
 real analysis after the run is the warm second pass), at a low CPU priority so the nodes keep theirs.
 The demo ends with where its time went (docs/performance.md).
+
+Lines for the user go through an :class:`Echo` (the results to ``out``, progress and explanations to ``err``);
+what stops the demo is a :class:`DemoError`, which the command line reports (exit 1).
 """
 
 from __future__ import annotations
@@ -25,26 +28,53 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import click
 
 from pipeline import analysis, io
 from pipeline.errors import PipelineError
 
 from orchestrator.chaos.backend import DeferredRemoval
-from orchestrator.chaos.engine import execute, resolve_scenario, step_line
-from orchestrator.chaos.scenario import ScenarioError, load_scenario
+from orchestrator.chaos.engine import ChaosOptions, execute, resolve_scenario, step_line
+from orchestrator.chaos.scenario import Scenario, ScenarioError, load_scenario
 from orchestrator.model.runs import new_run_id, runs_root
-from orchestrator.model.topology import TopologyError
+from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
+
+__all__ = ["DemoError", "DemoOptions", "Echo", "SparkWarmup", "analyze_run", "run_demo", "where_time_went"]
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_GRAPH = REPO.parent / "shared" / "topologies" / "pinecone" / "graph-250.txt"
 MESH = REPO / "compose" / "topologies" / "mesh-12.yaml"
 #: a demo topology up to this many nodes records a small input (pipeline.io.SMALL_INPUT_BYTES) for the analysis
 SMALL_DEMO_NODES = 300
+
+
+class DemoError(Exception):
+    """The demo cannot go on, or its run failed a chaos check: the message says why."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``snekbed demo`` was asked: ``backend`` auto, docker or inproc; ``topology`` and ``scenario`` instead of
+    the defaults (mesh-12 on Docker, graph-250 in process; the shipped demo-quick)."""
+
+    backend: str = "auto"
+    runs_dir: Path | None = None
+    analyze: bool = True
+    master: str = "local[2]"
+    topology: Path | None = None
+    scenario: str = "demo-quick"
+
+
+@dataclass(frozen=True)
+class Echo:
+    """Where the demo's lines go: its results (``out``) and its progress and explanations (``err``)."""
+
+    out: Callable[[str], None]
+    err: Callable[[str], None]
 
 
 def _docker_reason() -> str | None:
@@ -196,30 +226,29 @@ def _renice(spark: Any, nice: int) -> bool:
     return changed
 
 
-def analyze_run(run_dir: Path, warm: SparkWarmup, timings: dict[str, float]) -> Path:
+def analyze_run(run_dir: Path, warm: SparkWarmup, timings: dict[str, float], echo: Echo) -> Path:
     """What `snekbed analyze RUN_DIR --out RUN_DIR/analysis` does, on the warmed-up session; returns the
-    report's path and adds the analysis's phases to ``timings``. Raises ClickException."""
+    report's path and adds the analysis's phases to ``timings``. Raises DemoError."""
     out = run_dir / "analysis"
     t = time.monotonic()
     try:
         spark = warm.session()
         timings["analysis: waiting for Spark (and its warm-up)"] = time.monotonic() - t
-        click.echo(f"demo: analyzing {run_dir} with Spark", err=True)
+        echo.err(f"demo: analyzing {run_dir} with Spark")
         t = time.monotonic()
-        result = analysis.analyze(spark, [run_dir], out,
-                                  progress=lambda stage, detail: click.echo(f"  {stage}: {detail}", err=True))
+        result = analysis.analyze(spark, [run_dir], out, progress=lambda stage, detail: echo.err(f"  {stage}: {detail}"))
         timings["analysis: jobs and report"] = time.monotonic() - t
     except PipelineError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise DemoError(str(exc)) from exc
     finally:
         t = time.monotonic()
         warm.close()
         timings["analysis: stopping Spark"] = time.monotonic() - t
-    click.echo(f"demo: analyzed {result.events:,} events, {result.quarantined} line(s) quarantined", err=True)
+    echo.err(f"demo: analyzed {result.events:,} events, {result.quarantined} line(s) quarantined")
     return out / "report.html"
 
 
-def _wait_for_removal(removal: DeferredRemoval | None, run_id: str, timings: dict[str, float]) -> None:
+def _wait_for_removal(removal: DeferredRemoval | None, run_id: str, timings: dict[str, float], echo: Echo) -> None:
     """Wait for the run's deferred teardown; its time goes into ``timings``. A failure is reported, not raised:
     it must not hide the demo's own result or error, and `snekbed down RUN_ID` finishes the job."""
     if removal is None or not removal.started:
@@ -227,8 +256,8 @@ def _wait_for_removal(removal: DeferredRemoval | None, run_id: str, timings: dic
     try:
         timings["containers and networks removed, after the analysis"] = removal.wait()
     except Exception as exc:  # the engine's errors come in many types; what is left is named on stderr
-        click.echo(f"demo: removing the run's containers and networks failed: {exc} "
-                   f"(remove what is left with: snekbed down {run_id})", err=True)
+        echo.err(f"demo: removing the run's containers and networks failed: {exc} "
+                 f"(remove what is left with: snekbed down {run_id})")
 
 
 def where_time_went(timings: dict[str, float], total_s: float, warm: SparkWarmup | None,
@@ -251,55 +280,23 @@ def where_time_went(timings: dict[str, float], total_s: float, warm: SparkWarmup
     return "\n".join(lines)
 
 
-@click.command()
-@click.option("--backend", type=click.Choice(["auto", "docker", "inproc"]), default="auto", show_default=True)
-@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where run directories go (default: $SNEKBED_RUNS_DIR, else ./runs).")
-@click.option("--analyze/--no-analyze", "do_analyze", default=True, show_default=True,
-              help="Analyze the recorded run with Spark and print where the report is.")
-@click.option("--master", default="local[2]", show_default=True, help="Spark master for the analysis.")
-@click.option("--topology", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Run this topology instead (default: mesh-12 on Docker, graph-250 in process).")
-@click.option("--scenario", "scenario_name", default="demo-quick", show_default=True,
-              help="A shipped chaos scenario (snekbed chaos --list) or a scenario file; demo-quick is the demo "
-                   "scenario with shorter pauses between its faults.")
-def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, topology: Path | None,
-         scenario_name: str) -> None:
+def run_demo(options: DemoOptions, echo: Echo) -> None:
     """Run the main experiment: a topology converges, loses its root, splits and heals, with pings flowing all
-    along; the run is recorded, checked by the chaos checker and analyzed with Spark."""
-    why = _docker_reason() if backend != "inproc" else "asked for inproc"
-    if backend == "docker" and why:
-        raise click.ClickException(f"--backend docker: {why}")
+    along; the run is recorded, checked by the chaos checker and analyzed with Spark. Raises DemoError."""
+    why = _docker_reason() if options.backend != "inproc" else "asked for inproc"
+    if options.backend == "docker" and why:
+        raise DemoError(f"--backend docker: {why}")
     run_id = new_run_id()
-    root = runs_root(runs_dir)
-    run_dir = root / run_id
-    try:
-        sc = load_scenario(resolve_scenario(scenario_name))
-        if why is None:
-            click.echo(f"demo: Docker backend, {(topology or MESH).name}, scenario {sc.name}", err=True)
-            topo = load_topology(topology or MESH)
-        else:
-            click.echo(f"demo: in-process backend ({why}), scenario {sc.name}", err=True)
-            topo = load_topology(topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH))
-    except (ScenarioError, TopologyError) as exc:
-        raise click.ClickException(str(exc)) from None
+    run_dir = runs_root(options.runs_dir) / run_id
+    sc, topo = _inputs(options, why, echo)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    warm: SparkWarmup | None = None
-    if do_analyze:
-        why_not = _analysis_reason()
-        if why_not:
-            raise click.ClickException(f"cannot analyze the run here: {why_not} (or run with --no-analyze)")
-        # The JVM starts before the run exists, so its size is estimated: the shipped demo topologies (mesh-12,
-        # graph-250) record a few MB, well inside io.SMALL_INPUT_BYTES; a bigger --topology gets the default
-        # session (the same results either way, only the speed differs).
-        small = len(topo.node_names) <= SMALL_DEMO_NODES
-        warm = SparkWarmup(master, input_bytes=0 if small else None, warm_run=small)
+    warm = _warm_up(options, topo)
     seen_at: list[float] = []  # wall clock of each step's record
 
     def progress(rec: dict[str, Any]) -> None:
         seen_at.append(time.monotonic())
-        click.echo(step_line(rec))
+        echo.out(step_line(rec))
         if warm is not None and rec.get("index") == len(sc.steps) - 1:
             warm.stop_soon()  # the last step is over: the nodes stop next, and must stop within their grace period
 
@@ -307,34 +304,68 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
     # the containers and networks beside it; the demo ends only when both have
     removal = DeferredRemoval() if warm is not None else None
     try:
-        out = execute(sc, topo, backend="docker" if why is None else "inproc", record=run_dir, progress=progress,
-                      removal=removal)
+        out = execute(sc, topo, ChaosOptions(backend="docker" if why is None else "inproc", record=run_dir,
+                                             removal=removal), progress)  # fmt: skip
     except BaseException:
         if warm is not None:
             warm.close()
-        _wait_for_removal(removal, run_id, {})
+        _wait_for_removal(removal, run_id, {}, echo)
         raise
     scenario_s = time.monotonic() - t0
-    if seen_at:
-        timings["node image check (a build if sources changed)"] = out.get("prepare_s", 0.0)
-        timings["nodes up, first convergence"] = seen_at[0] - t0 - out.get("prepare_s", 0.0)
-        timings["faults and recoveries (scenario steps)"] = seen_at[-1] - seen_at[0]
-        last = "last pings answered, nodes stopped" if removal is not None and removal.started else \
-            "last pings answered, nodes removed"
-        timings[last] = t0 + scenario_s - seen_at[-1]
-    else:
-        timings["scenario"] = scenario_s
+    timings.update(_scenario_timings(out, seen_at, t0, scenario_s, removal))
     t = out["traffic"]
-    click.echo(f"chaos verdict: {out['verdict']} (background pings delivered {t['delivered']}/{t['sent']}; "
-               f"{scenario_s:.0f} s)")
-    click.echo(f"run directory: {run_dir}")
+    echo.out(f"chaos verdict: {out['verdict']} (background pings delivered {t['delivered']}/{t['sent']}; "
+             f"{scenario_s:.0f} s)")
+    echo.out(f"run directory: {run_dir}")
     if warm is not None:
         try:
-            report = analyze_run(run_dir, warm, timings)
+            report = analyze_run(run_dir, warm, timings, echo)
         finally:
-            _wait_for_removal(removal, run_id, timings)
-        click.echo(f"report: {report}")
-        click.echo(f"        {report.with_suffix('.md')}  (tables: {report.parent / 'tables'})")
-    click.echo(where_time_went(timings, time.monotonic() - t0, warm, removal))
+            _wait_for_removal(removal, run_id, timings, echo)
+        echo.out(f"report: {report}")
+        echo.out(f"        {report.with_suffix('.md')}  (tables: {report.parent / 'tables'})")
+    echo.out(where_time_went(timings, time.monotonic() - t0, warm, removal))
     if out["verdict"] != "pass":
-        raise click.ClickException(f"the chaos checker failed steps {out['failed_steps']} (see above)")
+        raise DemoError(f"the chaos checker failed steps {out['failed_steps']} (see above)")
+
+
+def _inputs(options: DemoOptions, why: str | None, echo: Echo) -> tuple[Scenario, Topology]:
+    """The scenario and the topology, saying which backend runs them (``why`` not: Docker runs them)."""
+    try:
+        sc = load_scenario(resolve_scenario(options.scenario))
+        if why is None:
+            echo.err(f"demo: Docker backend, {(options.topology or MESH).name}, scenario {sc.name}")
+            return sc, load_topology(options.topology or MESH)
+        echo.err(f"demo: in-process backend ({why}), scenario {sc.name}")
+        return sc, load_topology(options.topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH))
+    except (ScenarioError, TopologyError) as exc:
+        raise DemoError(str(exc)) from None
+
+
+def _warm_up(options: DemoOptions, topo: Topology) -> SparkWarmup | None:
+    """Spark started beside the run (None without the analysis); DemoError when it cannot run here."""
+    if not options.analyze:
+        return None
+    why_not = _analysis_reason()
+    if why_not:
+        raise DemoError(f"cannot analyze the run here: {why_not} (or run with --no-analyze)")
+    # The JVM starts before the run exists, so its size is estimated: the shipped demo topologies (mesh-12,
+    # graph-250) record a few MB, well inside io.SMALL_INPUT_BYTES; a bigger --topology gets the default
+    # session (the same results either way, only the speed differs).
+    small = len(topo.node_names) <= SMALL_DEMO_NODES
+    return SparkWarmup(options.master, input_bytes=0 if small else None, warm_run=small)
+
+
+def _scenario_timings(out: dict[str, Any], seen_at: list[float], t0: float, scenario_s: float,
+                      removal: DeferredRemoval | None) -> dict[str, float]:  # fmt: skip
+    """The scenario's phases, from the wall clock of each step's record."""
+    if not seen_at:
+        return {"scenario": scenario_s}
+    last = "last pings answered, nodes stopped" if removal is not None and removal.started else \
+        "last pings answered, nodes removed"
+    return {
+        "node image check (a build if sources changed)": out.get("prepare_s", 0.0),
+        "nodes up, first convergence": seen_at[0] - t0 - out.get("prepare_s", 0.0),
+        "faults and recoveries (scenario steps)": seen_at[-1] - seen_at[0],
+        last: t0 + scenario_s - seen_at[-1],
+    }

@@ -145,7 +145,7 @@ def test_a_deferred_removal_returns_with_the_nodes_stopped_and_removes_them_besi
     returns once every node has stopped (each event log ends with its node_stopping line, so the analysis reads
     complete logs) and the containers and networks are removed in the removal's thread, all of them."""
     from orchestrator.chaos.backend import DeferredRemoval
-    from orchestrator.chaos.engine import execute
+    from orchestrator.chaos.engine import ChaosOptions, execute
     from orchestrator.chaos.scenario import load_scenario
     from orchestrator.model.topology_loaders import load_topology
 
@@ -156,7 +156,7 @@ def test_a_deferred_removal_returns_with_the_nodes_stopped_and_removes_them_besi
     out: dict = {}
     try:
         out = execute(load_scenario(sc_path), load_topology(REPO / "compose" / "topologies" / "ring-8.yaml"),
-                      backend="docker", image=image, record=run_dir, removal=removal)
+                      ChaosOptions(backend="docker", image=image, record=run_dir, removal=removal))
         assert removal.started
         label = f"snekbed.run={_run_id(out)}"
         assert client.api.containers(filters={"label": label, "status": "running"}) == []  # type: ignore[attr-defined]
