@@ -65,6 +65,7 @@ _IMPORT = Path("github.com", "matrix-org", "pinecone")
 _DEPS = {  # import path -> what provides it
     Path("github.com", "Arceliar", "phony"): "the reference's tree (../shared/reference) or SNEKBED_GOPATH",
     Path("go.uber.org", "atomic"): "golang-go.uber-atomic-dev",
+    Path("github.com", "gorilla", "websocket"): "golang-github-gorilla-websocket-dev",
     Path("golang.org", "x", "sys", "unix"): "golang-golang-x-sys-dev",
     Path("golang.org", "x", "net", "ipv6"): "golang-golang-x-net-dev",
 }
