@@ -177,8 +177,9 @@ class Forwarding:
         outbox = self.outbox
         decode = wire.decode_frame
         n = len(frames)
-        for i in range(start, n):
-            t, raw = frames[i]
+        i = start - 1
+        for t, raw in frames if start == 0 else frames[start:]:  # iterating beats indexing when interpreted
+            i += 1
             if t != _TRAFFIC:
                 return i
             tr = transit_key(raw, own)
