@@ -7,7 +7,7 @@ Small run: a real recorded run (``snekbed sim`` of compose/topologies/mesh-12.ya
 kill, about 1 100 event lines, cached under --data), analyzed by ``snekbed analyze --json`` in a
 fresh process, against an empty Spark job started the same way: a fresh process that imports the
 same command, starts Spark with the session builder and settings ``snekbed analyze`` uses
-(``pipeline.io.get_spark``, same master and driver memory) and runs one trivial action. Both are
+(``pipeline.session.get_spark``, same master and driver memory) and runs one trivial action. Both are
 timed as whole processes, alternately, --small-repeat times; the medians and their ratio are
 printed (target: analyze <= 2 x the empty job). ``--small-repeat 0`` skips this row; ``--sizes ''``
 skips the synthetic ones.
@@ -78,11 +78,11 @@ def empty_spark_job(run: Path, master: str, driver_memory: str) -> None:
     and after its analysis, and nothing else: import the command, check the run directory, start Spark
     with the same session builder and settings (for this input's size), run one trivial action, stop."""
     import orchestrator.cli  # noqa: F401  (the entry point `snekbed analyze` is started through)
-    from pipeline import cli, io  # noqa: F401
+    from pipeline import cli, rundirs, session  # noqa: F401
 
-    runs = io.discover_runs([run])
-    spark = io.get_spark(master, "snekbed-analyze", ui=False, driver_memory=driver_memory,
-                         input_bytes=io.input_size(runs))
+    runs = rundirs.discover_runs([run])
+    spark = session.get_spark(master, "snekbed-analyze", ui=False, driver_memory=driver_memory,
+                              input_bytes=rundirs.input_size(runs))
     try:
         spark.range(1).collect()
     finally:

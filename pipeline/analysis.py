@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-from pipeline import arrow_ingest, clean_files, io, report, schemas
+from pipeline import arrow_ingest, clean_files, line_reads, report, rundirs, schemas, session, tables
 from pipeline.errors import PipelineError
 from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, overhead
 
@@ -98,8 +98,8 @@ class _Source:
     schema: StructType
 
 
-def _sources(runs: Sequence[io.RunDir]) -> list[_Source]:
-    """The three sources of ``runs``; each file once, by its resolved path (as ``io.read_lines`` reads it: a symbolic
+def _sources(runs: Sequence[rundirs.RunDir]) -> list[_Source]:
+    """The three sources of ``runs``; each file once, by its resolved path (as ``line_reads.read_lines`` reads it: a symbolic
     link to another input file does not read its lines twice)."""
     def files(pairs: Iterable[tuple[Path, str]]) -> dict[Path, str]:
         return {Path(f).resolve(): run_id for f, run_id in pairs}
@@ -146,10 +146,10 @@ def _arrow_stage(files: dict[Path, str], source: str, out: Path, workers: int,
         paths = [path for path, _ in batches[index]]
         rows, left = arrow_ingest.batch(paths, batches[index][0][1], source)
         if rows.num_rows:
-            io.write_arrow_part(rows, staging, f"arrow-{index:06d}")
+            tables.write_arrow_part(rows, staging, f"arrow-{index:06d}")
         return {path: why.reason for path, why in left.items()}
 
-    staging = io.staging_dir(out)
+    staging = tables.staging_dir(out)
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-arrow") as pool:
             left = {Path(path): why for got in pool.map(one, range(len(batches))) for path, why in got.items()}
@@ -190,7 +190,7 @@ def _rows_per_file(rows: pa.Table) -> dict[str, int]:
     return {v["values"]: v["counts"] for v in pc.value_counts(rows.column("file")).to_pylist()}
 
 
-def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore, workers: int, arrow_reads: bool,
+def _ingest(spark: SparkSession, runs: Sequence[rundirs.RunDir], store: tables.TableStore, workers: int, arrow_reads: bool,
             say: Progress) -> _Ingested:  # fmt: skip
     """Write runs, nodes, links, events, actions, pings and quarantine; return the line counts of every input
     file, and the rows parsed from each when the driver read them all. The per-run tables, the events, the actions
@@ -198,7 +198,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     ``arrow_reads``: on disk, clean files are read on the driver (``pipeline.arrow_ingest``), not by Spark."""
     sources = _sources(runs)
     # one layout for the three reads: the queries that consume them are planned (and laid out) after all three
-    layout = io.read_layout([os.path.getsize(f) for src in sources for f in src.files])
+    layout = line_reads.read_layout([os.path.getsize(f) for src in sources for f in src.files])
     # Each verdict table feeds two writes (accepted rows, then quarantine): cached, the validation
     # (the large slow-path plan, and the reading and numbering of actions and pings) runs once.
     checked: dict[str, DataFrame] = {}
@@ -209,9 +209,9 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     driver_events: list[pa.Table] = []  # the events' rows, when the driver read every event log
 
     def run_tables() -> None:
-        for name, (schema, rows) in io.run_rows(runs).items():
+        for name, (schema, rows) in rundirs.run_rows(runs).items():
             if store.in_memory:  # rows the driver has: no Spark job
-                store.put_arrow(name, io.arrow_table(schema, rows), schema, ())
+                store.put_arrow(name, tables.arrow_table(schema, rows), schema, ())
             else:
                 store.put(name, spark.createDataFrame(rows, schema), (), one_file=True)
 
@@ -225,34 +225,34 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         try:
             files = {p: src.files[p] for p in left}
             taken = {p: r for p, r in src.files.items() if p not in left}
-            counts[src.name] += io.count_rows(taken, src.name)
+            counts[src.name] += line_reads.count_rows(taken, src.name)
             say("ingest", f"{src.name}: {len(taken)} file(s) read by Arrow, {len(files)} left to Spark"
                 + (f" (e.g. {next(iter(left))}: {next(iter(left.values()))})" if left else ""))
             if files:  # Spark's ingest replaces the table, with the rows of the files left to it
                 (events_on_disk if src.name == "events" else records_on_disk)(src, files)
             else:  # the staged parts are the whole table: nothing of an earlier analysis into ``out`` may stay
-                io.drop_table(store.out, src.name)
+                tables.drop_table(store.out, src.name)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        store.written(src.name, io.add_parts(staged, store.out, src.name))
+        store.written(src.name, tables.add_parts(staged, store.out, src.name))
 
     def events_on_disk(src: _Source, files: dict[Path, str]) -> None:
-        paths = io.write_split(src.triage(read(src, files)), store.out, ingest.TRIAGE,
+        paths = tables.write_split(src.triage(read(src, files)), store.out, ingest.TRIAGE,
                                {"accepted": "events", "suspect": "ingest_suspects"})
         store.written("events", paths["events"])
-        if io.table_is_empty(store.out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
+        if tables.table_is_empty(store.out, "ingest_suspects"):  # no suspect line (the usual case): no slow path to run
             return
-        suspects = io.read_table(spark, store.out, "ingest_suspects", schemas.LINES_SCHEMA)
+        suspects = tables.read_table(spark, store.out, "ingest_suspects", schemas.LINES_SCHEMA)
         checked["events"] = ingest.validate_events(suspects).cache()
-        io.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
+        tables.write_table(ingest.accepted(checked["events"], schemas.EVENTS_SCHEMA), store.out, "events", append=True)
 
     def records_on_disk(src: _Source, files: dict[Path, str]) -> None:
         checked[src.name] = src.validate(read(src, files)).cache()
         store.put(src.name, ingest.accepted(checked[src.name], src.schema))
 
     def read(src: _Source, files: dict[Path, str]) -> DataFrame:
-        lines = io.read_lines(spark, files, src.name, layout)
+        lines = line_reads.read_lines(spark, files, src.name, layout)
         counts[src.name] += lines.count_rows
         return lines.lines
 
@@ -268,14 +268,14 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
                 clean.append(got)
         schema = clean_files.table_schema(src.name)
         rows = pa.concat_tables(clean) if clean else clean_files.arrow_schema(src.name).empty_table()
-        counts[src.name] += io.count_rows({p: r for p, r in src.files.items() if p not in rest}, src.name)
+        counts[src.name] += line_reads.count_rows({p: r for p, r in src.files.items() if p not in rest}, src.name)
         if not rest:
             store.put_arrow(src.name, rows, schema)
             parsed[src.name] = _rows_per_file(rows)
             if src.name == "events":
                 driver_events.append(rows)
             return
-        lines = io.read_lines(spark, rest, src.name, layout)
+        lines = line_reads.read_lines(spark, rest, src.name, layout)
         counts[src.name] += lines.count_rows
         tri = src.triage(lines.lines).cache()
         cached.append(tri)
@@ -302,7 +302,7 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
         quarantine = [ingest.quarantined(checked[src.name], src.name) for src in sources if src.name in checked]
         # a source whose every line passed the fast path has no verdicts: none at all, no quarantine
         if not quarantine and store.in_memory:
-            store.put_arrow("quarantine", io.arrow_table(schemas.QUARANTINE_SCHEMA, []), schemas.QUARANTINE_SCHEMA)
+            store.put_arrow("quarantine", tables.arrow_table(schemas.QUARANTINE_SCHEMA, []), schemas.QUARANTINE_SCHEMA)
         else:
             q = quarantine[0] if quarantine else spark.createDataFrame([], schemas.QUARANTINE_SCHEMA)
             for extra in quarantine[1:]:
@@ -311,13 +311,13 @@ def _ingest(spark: SparkSession, runs: Sequence[io.RunDir], store: io.TableStore
     finally:
         for df in (*checked.values(), *cached):
             df.unpersist()
-    io.drop_table(store.out, "ingest_suspects")
+    tables.drop_table(store.out, "ingest_suspects")
     every = [row for src in sources for row in counts[src.name]]
     return _Ingested(every, parsed if len(parsed) == len(sources) and not checked else None,
                      driver_events[0] if driver_events else None)
 
 
-def _reconcile(spark: SparkSession, store: io.TableStore, ingested: _Ingested) -> list[dict]:
+def _reconcile(spark: SparkSession, store: tables.TableStore, ingested: _Ingested) -> list[dict]:
     """The reconciliation table: per input file, lines counted against rows parsed and quarantined. When the driver
     read every file itself (and so quarantined nothing), it knows the rows of each: the table is built on the driver;
     else Spark counts the rows of the tables."""
@@ -325,7 +325,7 @@ def _reconcile(spark: SparkSession, store: io.TableStore, ingested: _Ingested) -
         rows = sorted((run_id, source, file, lines, ingested.parsed[source].get(file, 0), 0,
                        lines == ingested.parsed[source].get(file, 0))
                       for run_id, source, file, lines in ingested.counts)
-        table = io.arrow_table(schemas.RECONCILIATION_SCHEMA, rows)
+        table = tables.arrow_table(schemas.RECONCILIATION_SCHEMA, rows)
         store.put_arrow("reconciliation", table, schemas.RECONCILIATION_SCHEMA, ())
         return table.to_pylist()
     counts = spark.createDataFrame(ingested.counts, schemas.LINE_COUNTS_SCHEMA)
@@ -368,7 +368,7 @@ def load_ab(out: str | Path) -> dict[str, dict]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _ab(spark: SparkSession, store: io.TableStore, ab_meta: DataFrame | None, events: DataFrame,
+def _ab(spark: SparkSession, store: tables.TableStore, ab_meta: DataFrame | None, events: DataFrame,
         enriched: DataFrame, control: DataFrame) -> dict[str, dict]:  # fmt: skip
     """The A/B tables and document; without A/B runs, none (and those of an earlier analysis in ``out``
     are removed, so that a re-used output directory never shows a stale A/B result)."""
@@ -385,15 +385,15 @@ def _ab(spark: SparkSession, store: io.TableStore, ab_meta: DataFrame | None, ev
     return doc
 
 
-#: The tables whose rows an in-memory analysis also keeps on the driver (``io.TableStore.arrow``): the episodes'
+#: The tables whose rows an in-memory analysis also keeps on the driver (``tables.TableStore.arrow``): the episodes'
 #: inputs, and the tables of the report's plain reads (``report.PLAIN_READS``); not the big ones (events, pings).
 HELD_ON_THE_DRIVER = frozenset({"runs", "links", "actions", *(table for table, *_ in report.PLAIN_READS.values())})
 
 
-def in_memory_default(spark: SparkSession, runs: Sequence[io.RunDir]) -> bool:
-    """Whether ``analyze`` keeps its tables in memory by default: small inputs (``io.SMALL_INPUT_BYTES``) on a
+def in_memory_default(spark: SparkSession, runs: Sequence[rundirs.RunDir]) -> bool:
+    """Whether ``analyze`` keeps its tables in memory by default: small inputs (``session.SMALL_INPUT_BYTES``) on a
     local master (where the driver's memory is the executors')."""
-    return spark.sparkContext.master.startswith("local") and io.input_size(runs) <= io.SMALL_INPUT_BYTES
+    return spark.sparkContext.master.startswith("local") and rundirs.input_size(runs) <= session.SMALL_INPUT_BYTES
 
 
 def analyze(
@@ -411,7 +411,7 @@ def analyze(
     """Analyze ``run_dirs`` into ``out`` (tables/ and report files).
 
     ``in_memory`` (default: ``in_memory_default``): keep every table cached in one partition as well as writing
-    it, so later steps read it from memory (``io.TableStore``); the same tables and report either way.
+    it, so later steps read it from memory (``tables.TableStore``); the same tables and report either way.
     ``arrow_reads`` (default: on disk with a local master): clean event logs and pings are parsed on the driver by
     Arrow (``pipeline.arrow_ingest``) instead of by Spark; the same tables either way.
     Raises RunDatasetError for an invalid run directory, ReconciliationError when lines are
@@ -424,8 +424,8 @@ def analyze(
     t = time.perf_counter()
 
     say("discover", f"{len(run_dirs)} path(s)")
-    runs = io.discover_runs(run_dirs)
-    store = io.TableStore(spark, out, in_memory=in_memory_default(spark, runs) if in_memory is None else in_memory,
+    runs = rundirs.discover_runs(run_dirs)
+    store = tables.TableStore(spark, out, in_memory=in_memory_default(spark, runs) if in_memory is None else in_memory,
                           hold=HELD_ON_THE_DRIVER)
     try:
         if arrow_reads is None:  # a local master's driver sees the input files, and its cores are the executors'
@@ -436,15 +436,15 @@ def analyze(
         store.release()
 
 
-def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableStore, say: Progress,
+def _analyze_stages(spark: SparkSession, runs: list[rundirs.RunDir], store: tables.TableStore, say: Progress,
                     stage_s: dict[str, float], t: float, timeline_bin_s: float, churn_bin_s: float,
                     check_reconciliation: bool, arrow_reads: bool) -> AnalysisResult:  # fmt: skip
-    ab_meta = io.ab_meta(spark, runs)
+    ab_meta = rundirs.ab_meta(spark, runs)
     workers = _job_threads(spark)
     n_files = sum(len(r.event_files) for r in runs)
     say("ingest", f"{len(runs)} run(s), {n_files} event files" + (", tables kept in memory" if store.in_memory else ""))
     ingested = _ingest(spark, runs, store, workers, arrow_reads, say)
-    io.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
+    line_reads.pack_table_reads(spark)  # every input line has been read: from here on only tables are scanned
     stage_s["ingest"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -464,7 +464,7 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
     bound_rows = [tuple(r) for r in episodes.run_bounds(events).collect()] if ingested.events is None \
         else _run_bounds(ingested.events)
     # from Arrow, like the tables: the path into the JVM the ingest has just warmed up (Python rows take another)
-    bounds = spark.createDataFrame(io.arrow_table(BOUNDS_SCHEMA, bound_rows))
+    bounds = spark.createDataFrame(tables.arrow_table(BOUNDS_SCHEMA, bound_rows))
     if store.in_memory:
         bounds = bounds.coalesce(1)  # like every other input of the jobs: one partition, no exchange
 
@@ -474,7 +474,7 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
             link_rows, action_rows, run_rows = (rows.to_pylist() for rows in held)
             planned = episodes.episode_rows([{"run_id": r, "start_s": s} for r, s, _ in bound_rows], link_rows,
                                             action_rows, run_rows)
-            store.put_arrow("episodes", io.arrow_table(schemas.EPISODES_SCHEMA, planned), schemas.EPISODES_SCHEMA, ())
+            store.put_arrow("episodes", tables.arrow_table(schemas.EPISODES_SCHEMA, planned), schemas.EPISODES_SCHEMA, ())
         else:
             put("episodes", episodes.episodes(runs_df, links, actions, bounds), (), one_file=True)
         eps = get("episodes", schemas.EPISODES_SCHEMA)
@@ -544,7 +544,7 @@ def _analyze_stages(spark: SparkSession, runs: list[io.RunDir], store: io.TableS
                                                 held=store.arrow, gathered=ahead), drawn[0] if drawn else None)
     if ab_doc:
         files[AB_FILE] = json.dumps(ab_doc, indent=1, allow_nan=False)
-    written = io.write_files(store.out, files)
+    written = tables.write_files(store.out, files)
     stage_s["report"] = time.perf_counter() - t
 
     n_events = sum(r["parsed"] for r in recon if r["source"] == "events")

@@ -84,7 +84,8 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
     """
     from rich.console import Console
 
-    from pipeline import io
+    from pipeline.rundirs import discover_runs, input_size
+    from pipeline.session import get_spark
 
     console = Console(stderr=True)
     t0 = time.perf_counter()
@@ -92,10 +93,10 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
     loading = threading.Thread(target=importlib.import_module, args=("pipeline.analysis",), name="load-analysis")
     loading.start()
     try:
-        runs = io.discover_runs(list(run_dirs))  # a bad run directory fails here, before a JVM starts
+        runs = discover_runs(list(run_dirs))  # a bad run directory fails here, before a JVM starts
         with console.status("starting Spark", spinner="dots") as status:
-            spark = io.get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory,
-                                 input_bytes=io.input_size(runs))
+            spark = get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory,
+                              input_bytes=input_size(runs))
             loading.join()
             from pipeline import analysis  # loaded by now (an import error surfaces here)
 

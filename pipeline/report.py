@@ -3,7 +3,7 @@
 ``collect_inputs`` reads the (small) result tables and aggregates what the
 plots need in Spark (``gather``: a table's rows that the driver already holds are
 only sorted there); ``plots`` draws the plots and ``render`` turns all of it
-into file contents without touching the disk (``pipeline.io.write_files`` writes
+into file contents without touching the disk (``pipeline.tables.write_files`` writes
 them). Plots: convergence time
 CDF, stretch histogram, delivery over time with disruptions marked, overhead by
 link class; with A/B runs, one figure per experiment (``ab_<n>_<name>.png``: per
@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from pipeline import io, schemas
+from pipeline import parallel, schemas, tables
 from pipeline.jobs.compare import GROUPINGS
 from pipeline.jobs.episodes import EPISODE_ACTIONS
 
@@ -99,7 +99,7 @@ def _sorted_rows(rows: pa.Table, schema: StructType | None, keys: tuple[str, ...
     return (rows.sort_by([(key, "ascending", "at_start") for key in keys]) if rows.num_rows else rows).to_pylist()
 
 
-#: A table of the analysis, in a schema (None: as written): ``io.TableStore.get``.
+#: A table of the analysis, in a schema (None: as written): ``tables.TableStore.get``.
 Reader = Callable[[str, StructType | None], DataFrame]
 
 
@@ -140,11 +140,12 @@ def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: 
            read: Reader | None = None,
            held: Callable[[str], pa.Table | None] | None = None) -> dict[str, list[dict]]:  # fmt: skip
     """The rows (dicts) of the report inputs ``names`` (of ``INPUTS``), read from the result tables under ``out``.
-    ``read(name, schema)`` gives a table (default: ``io.TableStore(spark, out).get``, from its Parquet files).
-    ``held(name)`` gives a table's rows when the driver holds them (``io.TableStore.arrow``), else None: the plain
-    reads (``PLAIN_READS``) of those tables need no query. The queries run ``workers`` at a time (``io.collect_all``).
+    ``read(name, schema)`` gives a table (default: ``tables.TableStore(spark, out).get``, from its Parquet files).
+    ``held(name)`` gives a table's rows when the driver holds them (``tables.TableStore.arrow``), else None: the plain
+    reads (``PLAIN_READS``) of those tables need no query. The queries run ``workers`` at a time
+    (``parallel.collect_all``).
     Raises ValueError for an unknown name."""
-    t = read or io.TableStore(spark, out).get
+    t = read or tables.TableStore(spark, out).get
     rows: dict[str, list[dict]] = {}
     queries: dict[str, DataFrame] = {}
     for name in names:
@@ -160,7 +161,7 @@ def gather(spark: SparkSession, out: str | Path, names: Iterable[str], workers: 
             rows[name] = plain
         else:
             queries[name] = t(table, schema).drop(*left_out).orderBy(*keys)
-    rows.update({name: [r.asDict() for r in got] for name, got in io.collect_all(queries, workers).items()})
+    rows.update({name: [r.asDict() for r in got] for name, got in parallel.collect_all(queries, workers).items()})
     return rows
 
 

@@ -90,7 +90,7 @@ def _s(*cols: tuple[str, DataType]) -> list[StructField]:
 S, D, L, B = StringType(), DoubleType(), LongType(), BooleanType()
 _PROVENANCE = _s(("file", S), ("line_no", L))
 
-#: What ``io.read_lines`` returns: one row per physical input line.
+#: What ``line_reads.read_lines`` returns: one row per physical input line.
 LINES_SCHEMA = StructType(_s(("run_id", S), ("file", S), ("line_no", L), ("line", S)))
 
 #: Node event logs, flat: common fields, then every per-event field (null when
@@ -212,7 +212,7 @@ RECONCILIATION_SCHEMA = StructType(
     _s(("run_id", S), ("source", S), ("file", S), ("lines", L), ("parsed", L), ("quarantined", L), ("ok", B))
 )
 
-#: The A/B runs (meta.json ``ab``, pipeline.io.ab_meta): the arm's spec, the per-node specs (JSON) and
+#: The A/B runs (meta.json ``ab``, pipeline.rundirs.ab_meta): the arm's spec, the per-node specs (JSON) and
 #: the internal errors meta.json ``observer.internal_errors`` reports (null when it has none).
 AB_META_SCHEMA = StructType(
     _s(("run_id", S), ("experiment", S), ("arm", S), ("seed", L), ("spec", S), ("a", S), ("b", S), ("variants", S),

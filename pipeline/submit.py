@@ -29,15 +29,16 @@ import time
 from pathlib import Path
 
 # ``spark-submit .../pipeline/submit.py`` puts this file's directory first on sys.path, which would
-# make pipeline/io.py, report.py, ... importable as top-level modules (``io``, ``report``) and
+# make pipeline/report.py, schemas.py, ... importable as top-level modules (``report``, ``schemas``) and
 # hide where the ``pipeline`` package really comes from. The package must come from --py-files.
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 
 # Imported only now, after the path fix above (so from --py-files); this script runs under spark-submit,
 # where pyspark is always there.
-from pipeline import analysis, io  # noqa: E402
+from pipeline import analysis  # noqa: E402
 from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.session import get_spark  # noqa: E402
 
 
 def code_origin() -> list[str]:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     print(f"code: pipeline from {', '.join(code_origin())}", file=sys.stderr, flush=True)
     ui = _launcher_conf("spark.ui.enabled", "true").strip().lower() == "true"
-    spark = io.get_spark(None, "snekbed-analyze", ui=ui)  # master and resources from spark-submit
+    spark = get_spark(None, "snekbed-analyze", ui=ui)  # master and resources from spark-submit
     try:
         result = analysis.analyze(
             spark, args.run_dirs, args.out, timeline_bin_s=args.timeline_bin,

@@ -180,7 +180,7 @@ def episodes(runs: DataFrame, links: DataFrame, actions: DataFrame, bounds: Data
     spark: SparkSession = runs.sparkSession
     wanted = actions.where(F.col("action").isin(*EPISODE_ACTIONS))
     # four small independent queries: side by side (each is mostly the driver's planning and scheduling), as
-    # io.collect_all does for the report (jobs do not import io: they never touch storage)
+    # parallel.collect_all does for the report (jobs import only schemas and errors of the pipeline)
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="snekbed-episodes") as pool:
         collected = pool.map(lambda df: [r.asDict() for r in df.collect()], [
             bounds, links.select("run_id", "a", "b"),

@@ -41,7 +41,7 @@ def spark():
     """A local[2] SparkSession, UI off, 2 shuffle partitions; skips (or fails in CI) without Java."""
     need(java_available(), "Java is needed for the Spark tests (install a JRE 17+)")
     need_module("pyspark", "pyspark is needed for the Spark tests (pip install -e .[spark])")
-    from pipeline.io import get_spark
+    from pipeline.session import get_spark
 
     session = get_spark("local[2]", "snekbed-tests", shuffle_partitions=2, driver_memory="2g")
     yield session

@@ -33,7 +33,7 @@ from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.runner import run_scenario
 from orchestrator.chaos.scenario import load_scenario
 from orchestrator.model.topology_loaders import load_topology
-from pipeline import analysis, io, report, schemas
+from pipeline import analysis, report, schemas, tables
 from pipeline.errors import JobInputError
 from pipeline.jobs import ab
 from tests.conftest import REPO
@@ -90,12 +90,12 @@ def recorded(tmp_path_factory) -> dict:
 def analyzed(spark, recorded, tmp_path_factory):
     out = tmp_path_factory.mktemp("ab-analysis")
     result = analysis.analyze(spark, [*recorded["ab"].values(), recorded["plain"]], out)
-    rows = {r["run_id"]: r.asDict() for r in io.read_table(spark, out, "ab_runs", schemas.AB_RUNS_SCHEMA).collect()}
+    rows = {r["run_id"]: r.asDict() for r in tables.read_table(spark, out, "ab_runs", schemas.AB_RUNS_SCHEMA).collect()}
     return out, result, rows
 
 
 def rows_of(spark, out: Path, name: str, schema) -> list[dict]:
-    return [r.asDict() for r in io.read_table(spark, out, name, schema).collect()]
+    return [r.asDict() for r in tables.read_table(spark, out, name, schema).collect()]
 
 
 # --------------------------------------------------------------------------- per-run metrics
@@ -255,6 +255,6 @@ def test_without_ab_runs_there_is_no_ab_output(spark, analyzed, recorded):
 
 def test_ab_runs_job_needs_its_columns(spark, analyzed):
     out, _, _ = analyzed
-    conv = io.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)
+    conv = tables.read_table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)
     with pytest.raises(JobInputError, match="ab_meta lacks"):
         ab.ab_runs(conv, conv, conv, conv, conv)

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from contract import dataset as contract
-from pipeline import analysis, arrow_ingest, clean_files, io, schemas
+from pipeline import analysis, arrow_ingest, clean_files, line_reads, schemas, tables
 from pipeline.errors import RunDatasetError
 from pipeline.jobs import episodes, ingest
 from tests.pipeline.conftest import assert_frames_equal, gen_events
@@ -31,7 +31,8 @@ def _without(obj: dict, key: str) -> dict:
 
 def _spark_rows(spark, files: dict) -> dict[str, list[dict]]:
     """file -> the rows Spark's ingest accepts from it (validate_events: the fast path, then the slow path)."""
-    read = ingest.accepted(ingest.validate_events(io.read_lines(spark, files, "events").lines), schemas.EVENTS_SCHEMA)
+    numbered = line_reads.read_lines(spark, files, "events").lines
+    read = ingest.accepted(ingest.validate_events(numbered), schemas.EVENTS_SCHEMA)
     by_file: dict[str, list[dict]] = {}
     for row in read.collect():
         by_file.setdefault(row.file, []).append(row.asDict())
@@ -172,7 +173,7 @@ def test_clean_files_are_read_with_their_line_numbers(tmp_path):
     path = tmp_path / "ok.jsonl"
     path.write_text(GOOD + "\n" + GOOD)  # no end on the last line: still two lines, as count_lines counts
     got = arrow_ingest.rows(path, "r1", "events")
-    assert got.num_rows == 2 == io.count_lines(path) and got.column("line_no").to_pylist() == [1, 2]
+    assert got.num_rows == 2 == line_reads.count_lines(path) and got.column("line_no").to_pylist() == [1, 2]
     assert got.column("file").to_pylist() == [str(path.resolve())] * 2
     (tmp_path / "empty.jsonl").write_text("")
     assert arrow_ingest.rows(tmp_path / "empty.jsonl", "r1", "events").num_rows == 0
@@ -219,8 +220,8 @@ def test_the_tables_on_disk_are_the_same_read_by_arrow_or_by_spark(spark, tmp_pa
     parts = {p.name.startswith("part-arrow-") for p in (tmp_path / "arrow" / "tables" / "events").rglob("*.parquet")}
     assert parts == {True, False}  # Arrow's parts and Spark's files, side by side in one table
     for name in by_spark.tables:
-        assert_frames_equal(spark.read.parquet(io.table_path(tmp_path / "arrow", name)),
-                            spark.read.parquet(io.table_path(tmp_path / "spark", name)))
+        assert_frames_equal(spark.read.parquet(tables.table_path(tmp_path / "arrow", name)),
+                            spark.read.parquet(tables.table_path(tmp_path / "spark", name)))
 
 
 def test_a_batch_reads_its_clean_files_together_and_leaves_the_others(tmp_path):
@@ -257,12 +258,12 @@ def test_a_batch_reads_its_clean_files_together_and_leaves_the_others(tmp_path):
 def test_run_bounds_on_the_driver_are_sparks(spark, tmp_path):
     """A small analysis of clean files takes each run's bounds from the events' rows on the driver: the rows Spark's
     ``episodes.run_bounds`` gives for the same events (two runs, one without node_started)."""
-    tables = []
+    parts = []
     for run_id, seed in (("b1", 1), ("b2", 2)):
         gen_events.generate_run(tmp_path / run_id, run_id, nodes=5, duration_s=30.0, seed=seed, variant="snek")
         for path in sorted((tmp_path / run_id / "events").glob("*.jsonl")):
-            tables.append(clean_files.rows(path, run_id, "events"))
-    events = pa.concat_tables(tables)
+            parts.append(clean_files.rows(path, run_id, "events"))
+    events = pa.concat_tables(parts)
     no_start = events.filter(pc.and_(pc.equal(events.column("run_id"), "b2"),
                                      pc.not_equal(events.column("event"), "node_started")))
     events = pa.concat_tables([events.filter(pc.equal(events.column("run_id"), "b1")), no_start])
@@ -283,7 +284,7 @@ def test_an_analysis_into_an_earlier_ones_out_keeps_nothing_of_it(spark, tmp_pat
     again = analysis.analyze(spark, [second], out, in_memory=False, arrow_reads=True)
     assert all(r["ok"] for r in again.reconciliation)
     for name in ("events", "pings"):
-        assert {r.run_id for r in spark.read.parquet(io.table_path(out, name)).select("run_id").distinct().collect()
+        assert {r.run_id for r in spark.read.parquet(tables.table_path(out, name)).select("run_id").distinct().collect()
                 } == {"rb"}, name
     with (sorted((second / "events").glob("*.jsonl"))[0]).open("a") as f:
         f.write("not json\n")  # one file for Spark's ingest, which fails here
@@ -291,7 +292,7 @@ def test_an_analysis_into_an_earlier_ones_out_keeps_nothing_of_it(spark, tmp_pat
     def fail(*args, **kwargs):
         raise RuntimeError("Spark's ingest failed")
 
-    monkeypatch.setattr(io, "write_split", fail)
+    monkeypatch.setattr(tables, "write_split", fail)
     with pytest.raises(RuntimeError, match="ingest failed"):
         analysis.analyze(spark, [second], out, in_memory=False, arrow_reads=True)
     assert list((out / "tables").glob("_staging-*")) == []

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from contract import dataset as contract
-from pipeline import analysis, clean_files, io, schemas
+from pipeline import analysis, clean_files, line_reads, schemas, tables
 from pipeline.errors import RunDatasetError
 from pipeline.jobs import ingest
 from tests.pipeline.conftest import assert_frames_equal, gen_events
@@ -111,7 +111,8 @@ def test_each_file_gives_the_rows_spark_gives_or_is_left_to_spark(spark, tmp_pat
         path = tmp_path / f"{i:03d}.jsonl"
         path.write_text(line + "\n", encoding="utf-8", errors="surrogatepass")
         files[path] = "r1"
-    read = ingest.accepted(ingest.validate_events(io.read_lines(spark, files, "events").lines), schemas.EVENTS_SCHEMA)
+    numbered = line_reads.read_lines(spark, files, "events").lines
+    read = ingest.accepted(ingest.validate_events(numbered), schemas.EVENTS_SCHEMA)
     by_file = {}
     for row in read.collect():
         by_file.setdefault(row.file, []).append(row.asDict())
@@ -146,7 +147,7 @@ def test_files_with_what_only_spark_reads_are_left_to_it(tmp_path):
     path = tmp_path / "ok.jsonl"
     path.write_text(good + "\n" + good)  # no end on the last line: still two lines, as count_lines counts
     got = clean_files.rows(path, "r1", "events")
-    assert got.num_rows == 2 == io.count_lines(path) and got.column("line_no").to_pylist() == [1, 2]
+    assert got.num_rows == 2 == line_reads.count_lines(path) and got.column("line_no").to_pylist() == [1, 2]
     (tmp_path / "empty.jsonl").write_text("")
     assert clean_files.rows(tmp_path / "empty.jsonl", "r1", "events").num_rows == 0
     (tmp_path / "dir.jsonl").mkdir()  # what the *.jsonl glob of a run directory can also find
@@ -174,5 +175,5 @@ def test_a_run_with_clean_and_unclean_files_gives_the_same_tables_in_memory_and_
     assert mem.quarantined == 1 and mem.reconciliation == disk.reconciliation
     assert all(r["ok"] for r in mem.reconciliation)
     for name in ("events", "actions", "pings", "quarantine", "convergence", "delivery", "overhead_by_node"):
-        assert_frames_equal(spark.read.parquet(io.table_path(tmp_path / "mem", name)),
-                            spark.read.parquet(io.table_path(tmp_path / "disk", name)))
+        assert_frames_equal(spark.read.parquet(tables.table_path(tmp_path / "mem", name)),
+                            spark.read.parquet(tables.table_path(tmp_path / "disk", name)))

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from contract import dataset as contract
-from pipeline import io, schemas
+from pipeline import line_reads, rundirs, schemas
 from contract.dataset import Reason
 from pipeline.jobs import ingest
 from tests.pipeline.conftest import assert_frames_equal, gen_events
@@ -165,8 +165,8 @@ def test_injected_bad_lines_in_a_run_end_up_in_quarantine(spark, tmp_path):
     meta = json.loads((run / "meta.json").read_text())
     target = run / "events" / "n002.jsonl"
     injected = gen_events.bad_lines(target, "inj", meta["nodes"]["n002"])
-    (r,) = io.discover_runs([run])
-    read = io.read_lines(spark, {f: r.run_id for f in r.event_files}, "events")
+    (r,) = rundirs.discover_runs([run])
+    read = line_reads.read_lines(spark, {f: r.run_id for f in r.event_files}, "events")
     validated = ingest.validate_events(read.lines)
     q = ingest.quarantined(validated, "events")
     expected = spark.createDataFrame([("inj", "events", str(target), n, reason) for n, reason in injected],

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from pipeline import analysis, clean_files, io, report, schemas
+from pipeline import analysis, clean_files, line_reads, report, rundirs, schemas, tables
 from pipeline.jobs import convergence, episodes
 from tests.conftest import REPO, TOPOLOGIES, need
 from tests.pipeline.conftest import assert_frames_equal, gen_events
@@ -63,7 +63,7 @@ def observer(run: Path) -> dict:
 
 
 def table(spark, out: Path, name: str, schema) -> list[dict]:
-    return [r.asDict() for r in io.read_table(spark, out, name, schema).collect()]
+    return [r.asDict() for r in tables.read_table(spark, out, name, schema).collect()]
 
 
 def test_convergence_matches_the_observer(spark, real_runs, real_analysis):
@@ -144,8 +144,8 @@ def test_convergence_is_the_same_when_spark_plans_no_broadcast_join(spark, real_
     because one plan fed both timelines from the same intermediate. Forcing that plan on these small runs must
     give exactly the table the analysis wrote."""
     out, _ = real_analysis
-    events = io.read_table(spark, out, "events", schemas.EVENTS_SCHEMA)
-    eps = io.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
+    events = tables.read_table(spark, out, "events", schemas.EVENTS_SCHEMA)
+    eps = tables.read_table(spark, out, "episodes", schemas.EPISODES_SCHEMA)
     bounds = spark.createDataFrame(episodes.run_bounds(events).collect(), "run_id string, start_s double, end_s double")
     key = "spark.sql.autoBroadcastJoinThreshold"
     before = spark.conf.get(key)
@@ -161,42 +161,43 @@ def test_convergence_is_the_same_when_spark_plans_no_broadcast_join(spark, real_
 
 def test_the_tables_do_not_depend_on_how_files_are_laid_out_over_tasks(spark, real_runs, real_analysis, tmp_path,
                                                                       monkeypatch):
-    """These runs have more event logs than io.PACK_FILES_ABOVE, so their analysis packed several files into each
-    task (line numbers from Spark's plan and the driver's line counts). Analyzed again with one file per task (row
+    """These runs have more event logs than line_reads.PACK_FILES_ABOVE, so their analysis packed several files into
+    each task (line numbers from Spark's plan and the driver's line counts). Analyzed again with one file per task (row
     index = line number), every ingested table and the results built on them are the same, line numbers included."""
     out, _ = real_analysis
     n_files = sum(len(list((run / "events").glob("*.jsonl"))) + 2 for run in real_runs)
-    assert n_files > io.PACK_FILES_ABOVE, n_files
-    monkeypatch.setattr(io, "PACK_FILES_ABOVE", 10**9)
+    assert n_files > line_reads.PACK_FILES_ABOVE, n_files
+    monkeypatch.setattr(line_reads, "PACK_FILES_ABOVE", 10**9)
     again = tmp_path / "one-file-per-task"
     analysis.analyze(spark, real_runs, again)
-    io.pack_table_reads(spark)
+    line_reads.pack_table_reads(spark)
     for name, schema in (("events", schemas.EVENTS_SCHEMA), ("actions", schemas.ACTIONS_SCHEMA),
                          ("pings", schemas.PINGS_SCHEMA), ("quarantine", schemas.QUARANTINE_SCHEMA),
                          ("reconciliation", schemas.RECONCILIATION_SCHEMA),
                          ("convergence", schemas.CONVERGENCE_SCHEMA), ("delivery", schemas.DELIVERY_SCHEMA)):
-        assert_frames_equal(io.read_table(spark, again, name, schema), io.read_table(spark, out, name, schema))
+        assert_frames_equal(tables.read_table(spark, again, name, schema), tables.read_table(spark, out, name, schema))
 
 
 @pytest.mark.parametrize("arrow_reads", [False, True], ids=["spark-reads", "arrow-reads"])
 def test_the_tables_are_the_same_kept_in_memory_or_read_back_from_disk(spark, real_runs, real_analysis, tmp_path,
                                                                       arrow_reads):
-    """Small inputs on a local master are analyzed with every table kept in memory (io.TableStore): collected as
+    """Small inputs on a local master are analyzed with every table kept in memory (tables.TableStore): collected as
     Arrow, written from the driver, and read by later steps in one partition, the input files read on the driver
     (clean_files). Analyzed again on disk (each table written and read back from its Parquet files), the input files
     read by Spark's ingest or by Arrow's reader (arrow_ingest), every table is the same, row for row, and so is the
     report's data: the mode changes how the work is run, never its result."""
     out, result = real_analysis
-    assert analysis.in_memory_default(spark, io.discover_runs(real_runs)), "the fixture's runs should be small"
+    assert analysis.in_memory_default(spark, rundirs.discover_runs(real_runs)), "the fixture's runs should be small"
     on_disk = tmp_path / "on-disk"
     again = analysis.analyze(spark, real_runs, on_disk, in_memory=False, arrow_reads=arrow_reads)
     assert sorted(again.tables) == sorted(result.tables)
     assert len(again.tables) >= 20, again.tables
     for name in sorted(result.tables):
-        if io.table_is_empty(out, name):  # e.g. no quarantined line: no file in either
-            assert io.table_is_empty(on_disk, name), name
+        if tables.table_is_empty(out, name):  # e.g. no quarantined line: no file in either
+            assert tables.table_is_empty(on_disk, name), name
             continue
-        assert_frames_equal(spark.read.parquet(io.table_path(out, name)), spark.read.parquet(io.table_path(on_disk, name)))
+        assert_frames_equal(spark.read.parquet(tables.table_path(out, name)),
+                            spark.read.parquet(tables.table_path(on_disk, name)))
     # the report's data: the same to 1e-9 (a mean sums its rows in the order the partitions give them)
     assert _close(json.loads((on_disk / "plots.json").read_text()), json.loads((out / "plots.json").read_text()))
     assert (on_disk / "report.md").read_text() == (out / "report.md").read_text()
@@ -212,10 +213,10 @@ def test_episodes_planned_from_the_drivers_rows_are_those_collected_by_spark(spa
     same either way (``episodes.episode_rows``); what differs is the form of its inputs, and from Arrow's rows it gives
     the episodes it gives from the rows Spark collects from the same tables (``episodes.episodes``), in the same
     order, and those of the analysis's table. A table the store does not hold is not kept on the driver."""
-    runs = io.discover_runs(real_runs)
-    store = io.TableStore(spark, tmp_path / "in-memory", in_memory=True, hold=analysis.HELD_ON_THE_DRIVER)
-    for name, (schema, rows) in io.run_rows(runs).items():
-        store.put_arrow(name, io.arrow_table(schema, rows), schema, ())
+    runs = rundirs.discover_runs(real_runs)
+    store = tables.TableStore(spark, tmp_path / "in-memory", in_memory=True, hold=analysis.HELD_ON_THE_DRIVER)
+    for name, (schema, rows) in rundirs.run_rows(runs).items():
+        store.put_arrow(name, tables.arrow_table(schema, rows), schema, ())
     store.put_arrow("actions", pa.concat_tables([clean_files.rows(r.actions_file, r.run_id, "actions") for r in runs]),
                     schemas.ACTIONS_SCHEMA)
     events = pa.concat_tables([clean_files.rows(f, r.run_id, "events") for r in runs for f in r.event_files])
@@ -237,7 +238,7 @@ def test_episodes_planned_from_the_drivers_rows_are_those_collected_by_spark(spa
     assert store.arrow("runs") is None
     store.put_arrow("events", events, schemas.EVENTS_SCHEMA)
     assert "events" not in analysis.HELD_ON_THE_DRIVER and store.arrow("events") is None  # kept for Spark only
-    assert io.TableStore(spark, tmp_path / "on-disk").arrow("links") is None  # on disk: nothing held on the driver
+    assert tables.TableStore(spark, tmp_path / "on-disk").arrow("links") is None  # on disk: nothing held on the driver
 
 
 def test_the_reports_plain_reads_from_the_drivers_rows_are_sparks(spark, real_analysis):
@@ -250,8 +251,8 @@ def test_the_reports_plain_reads_from_the_drivers_rows_are_sparks(spark, real_an
     for name, (table, schema, keys, left_out) in report.PLAIN_READS.items():
         held = pa.concat_tables([pq.read_table(f) for f in sorted((out / "tables" / table).rglob("*.parquet"))])
         mine = report._sorted_rows(held, schema, keys, left_out)
-        query = io.read_table(spark, out, table, schema) if schema is not None \
-            else spark.read.parquet(io.table_path(out, table))
+        query = tables.read_table(spark, out, table, schema) if schema is not None \
+            else spark.read.parquet(tables.table_path(out, table))
         theirs = [r.asDict() for r in query.drop(*left_out).orderBy(*keys).collect()]
         assert mine and mine == theirs, name
         assert [type(v) for r in mine for v in r.values()] == [type(v) for r in theirs for v in r.values()], name
@@ -290,10 +291,10 @@ def test_a_run_whose_every_line_passes_the_fast_path_is_analyzed_in_memory(spark
     (run / "pings.jsonl").write_text("")
     got = analysis.analyze(spark, [run], tmp_path / "mem", in_memory=True)
     assert got.quarantined == 0 and got.events > 0 and all(r["ok"] for r in got.reconciliation)
-    assert io.read_table(spark, tmp_path / "mem", "quarantine", schemas.QUARANTINE_SCHEMA).count() == 0
+    assert tables.read_table(spark, tmp_path / "mem", "quarantine", schemas.QUARANTINE_SCHEMA).count() == 0
     disk = analysis.analyze(spark, [run], tmp_path / "disk", in_memory=False, arrow_reads=False)  # Spark's ingest
     assert disk.reconciliation == got.reconciliation
     for name, schema in (("events", schemas.EVENTS_SCHEMA), ("episodes", schemas.EPISODES_SCHEMA),
                          ("convergence", schemas.CONVERGENCE_SCHEMA), ("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)):
-        assert_frames_equal(io.read_table(spark, tmp_path / "mem", name, schema),
-                            io.read_table(spark, tmp_path / "disk", name, schema))
+        assert_frames_equal(tables.read_table(spark, tmp_path / "mem", name, schema),
+                            tables.read_table(spark, tmp_path / "disk", name, schema))
