@@ -70,13 +70,20 @@ func (n *Node) attach(c net.Conn, link linkSpec, d *dialer) (*wireConn, error) {
 	return w, nil
 }
 
-// peerAdded: the router's PeerAdded event. The peering is ours (attach) unless the multicast package made it.
+// peerAdded: the router's PeerAdded event. The peering is ours (attach) unless the multicast package made it
+// (it connects without a URI; ours always pass one).
 func (n *Node) peerAdded(port int, peerID string) {
+	ours := true
+	for _, p := range n.r.Peers() {
+		if p.Port == port && p.URI == "" {
+			ours = false
+		}
+	}
 	t := n.peers
 	t.mu.Lock()
 	deadline := time.Now().Add(2 * time.Second)
 	var w *wireConn
-	for {
+	for ours {
 		if q := t.waiting[port]; len(q) > 0 {
 			i := 0
 			for j, c := range q { // the one with this key, if several wait on one port
