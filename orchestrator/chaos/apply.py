@@ -3,10 +3,10 @@
 :meth:`StepApplier.apply` dispatches on the step's class (a ``match`` that ends in ``assert_never``, so a
 step class added to :data:`~orchestrator.chaos.scenario.AnyStep` without its case here is a type error). Each
 case is one handler, and a fault is one method of the backend's NodeFaults or LinkFaults protocol
-(orchestrator.chaos.backend); roles are resolved on its Observation, traffic set through BackgroundTraffic. Every fault
-is reported as it happens through ``act`` (the run's actions.jsonl, its metrics and the live view); the
-handler returns the step's targets and a detail for the step's record. What the checker does after a step
-is the runner's business (orchestrator.chaos.runner).
+(orchestrator.chaos.backend); roles are resolved on its Observation, traffic set through BackgroundTraffic.
+Every fault is reported as it happens through ``act`` (the run's actions.jsonl, its metrics and the live
+view); the handler returns the step's targets and a detail for the step's record. What the checker does
+after a step is the runner's business (orchestrator.chaos.runner).
 
 Adding an action: a step class in orchestrator.chaos.scenario, one case and its handler here, and, for a new
 kind of fault, a method in the small protocol it belongs to with each backend's implementation.
@@ -15,7 +15,7 @@ kind of fault, a method in the small protocol it belongs to with each backend's 
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -30,12 +30,14 @@ from orchestrator.chaos.targets import (
     TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes, sample_pairs,
 )  # fmt: skip
 
-__all__ = ["Act", "Applied", "StepApplier"]
+__all__ = ["Act", "Applied", "StepApplier", "Target"]
 
 #: ``act(action, target, detail)``: one fault as it happens (the runner records it and tells its hooks)
-Act = Callable[[str, "str | None", "dict[str, Any] | None"], None]
-#: what a step did: its targets for the record (node names, or ``[a, b]`` links and groups), and a detail
-Applied = tuple[list[Any], "str | None"]
+Act = Callable[[str, str | None, dict[str, Any] | None], None]
+#: one target in a step's record: a node name, or a link ``[a, b]`` or a partition group as a list of names
+Target = str | list[str]
+#: what a step did: its targets for the record, and a detail
+Applied = tuple[Sequence[Target], str | None]
 
 
 @dataclass

@@ -164,7 +164,7 @@ class ChaosRun:
             rec.update(verdict="fail", detail=f"target: {exc}", invariants={},
                        tree_converged_s=None, snake_converged_s=None)  # fmt: skip
             return rec
-        rec["targets"] = targets
+        rec["targets"] = list(targets)
         if detail:
             rec["detail"] = detail
         fault_end = b.now()
