@@ -126,8 +126,14 @@ func (n *Node) post(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (n *Node) healthz(w http.ResponseWriter, r *http.Request) {
+	peers := 0
+	for _, p := range n.r.Peers() {
+		if p.Port != 0 { // the router lists itself, on port 0
+			peers++
+		}
+	}
 	writeJSON(w, 200, map[string]interface{}{"ok": !n.stopping.Load(), "public_key": n.key.String(),
-		"peers": n.r.TotalPeerCount(), "uptime_s": round3(time.Since(n.started).Seconds())})
+		"peers": peers, "uptime_s": round3(time.Since(n.started).Seconds())})
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }

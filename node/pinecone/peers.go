@@ -329,14 +329,14 @@ func (n *Node) addPeer(spec peerSpec, timeout time.Duration) (map[string]interfa
 	defer t.mu.Unlock()
 	if w := d.conn; w != nil {
 		k, _ := w.peerKey()
-		return map[string]interface{}{"status": "connected", "port": int(w.port.Load()), "key": k.String(),
-			"class": linkTypeName(w.link.linkType)}, 201
+		return map[string]interface{}{"uri": spec.uri, "status": "connected", "port": int(w.port.Load()),
+			"key": k.String(), "class": linkTypeName(w.link.linkType)}, 201
 	}
 	var last interface{}
 	if d.lastErr != "" {
 		last = d.lastErr
 	}
-	return map[string]interface{}{"status": "dialing", "attempts": d.attempts, "last_error": last}, 202
+	return map[string]interface{}{"uri": spec.uri, "status": "dialing", "attempts": d.attempts, "last_error": last}, 202
 }
 
 // livePorts: the ports of the peerings the router announced, in order.
