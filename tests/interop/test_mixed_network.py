@@ -200,7 +200,8 @@ def test_dropped_peer_is_redialled(line: Line) -> None:
 
 
 def test_adversary_drops_traffic(line: Line) -> None:
-    """r2 drops every traffic frame it would forward: s1's pings to s2 (through r2) stop, r2 counts them."""
+    """r2 drops every traffic frame it would forward: s1's pings to s2 (through r2) stop, r2 counts them; then
+    half of what comes from s1 only, the reference simulator's first-a-of-every-b rule."""
     r2, s1, s2 = line["r2"], line["s1"], line["s2"]
     assert s1.ping(s2.key, count=1, timeout_s=PING_TIMEOUT_S)["received"] == 1
     res = r2.post("/adversary", {"drop": {"traffic": 100}}).json()
@@ -216,6 +217,11 @@ def test_adversary_drops_traffic(line: Line) -> None:
     res = r2.post("/adversary", {"drop": {"traffic": 0}}).json()
     assert res["active"] is False and res["dropped"] >= 2
     assert s1.ping(s2.key, count=2, timeout_s=PING_TIMEOUT_S)["received"] == 2
+    # 50 % for what comes from s1 only: one of every two of s1's pings goes (the pongs come from s2: untouched)
+    before = r2.post("/adversary", {"drop": {"traffic": 50}, "peer": s1.key.hex()}).json()["dropped"]
+    assert s1.ping(s2.key, count=4, timeout_s=PING_TIMEOUT_S)["received"] == 2
+    after = r2.post("/adversary", {"drop": {"traffic": 0}, "peer": s1.key.hex()}).json()
+    assert after["dropped"] - before == 2 and after["active"] is False
 
 
 def test_root_killed(line: Line) -> None:
