@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from node.core.variants import VariantError, VariantSpec
-from pipeline import analysis, io
+from pipeline import analysis, session
 from pipeline.errors import PipelineError
 from pipeline.jobs.ab import Metric, compare_metric, summary_text
 
@@ -60,7 +60,7 @@ def checker_comparison(manifest: dict[str, Any]) -> dict[str, Any] | None:
 
 def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
     """The Spark analysis of every run of the experiment: the A/B document (experiment -> arms and metrics)."""
-    spark = io.get_spark(master, "snekbed-ab")
+    spark = session.get_spark(master, "snekbed-ab")
     try:
         result = analysis.analyze(spark, run_dirs, out)
     finally:

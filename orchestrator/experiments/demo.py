@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import analysis, io
+from pipeline import analysis, session
 from pipeline.errors import PipelineError
 
 from orchestrator.chaos.backend import DeferredRemoval
@@ -48,7 +48,7 @@ __all__ = ["DemoError", "DemoOptions", "Echo", "SparkWarmup", "analyze_run", "ru
 REPO = Path(__file__).resolve().parents[2]
 SHARED_GRAPH = REPO.parent / "shared" / "topologies" / "pinecone" / "graph-250.txt"
 MESH = REPO / "compose" / "topologies" / "mesh-12.yaml"
-#: a demo topology up to this many nodes records a small input (pipeline.io.SMALL_INPUT_BYTES) for the analysis
+#: a demo topology up to this many nodes records a small input (pipeline.session.SMALL_INPUT_BYTES) for the analysis
 SMALL_DEMO_NODES = 300
 
 
@@ -117,7 +117,7 @@ class SparkWarmup:
 
     ``session()`` stops a warm-up still running, waits for the thread and returns the session, or raises
     what starting it raised (a failed warm-up is only reported: ``warmup_error``). The session is built by
-    ``pipeline.io.get_spark`` with the settings ``snekbed analyze`` uses. The thread is a daemon: a demo
+    ``pipeline.session.get_spark`` with the settings ``snekbed analyze`` uses. The thread is a daemon: a demo
     that fails before the analysis does not wait for it (``close()`` stops a session that did start).
     """
 
@@ -137,7 +137,7 @@ class SparkWarmup:
 
     def _start(self, master: str, driver_memory: str, input_bytes: int | None, warm_run: bool) -> None:
         try:
-            self._spark = io.get_spark(master, "snekbed-analyze", driver_memory=driver_memory,
+            self._spark = session.get_spark(master, "snekbed-analyze", driver_memory=driver_memory,
                                        input_bytes=input_bytes)
         except BaseException as exc:  # handed to the caller of session()
             self._error = exc
@@ -350,7 +350,7 @@ def _warm_up(options: DemoOptions, topo: Topology) -> SparkWarmup | None:
     if why_not:
         raise DemoError(f"cannot analyze the run here: {why_not} (or run with --no-analyze)")
     # The JVM starts before the run exists, so its size is estimated: the shipped demo topologies (mesh-12,
-    # graph-250) record a few MB, well inside io.SMALL_INPUT_BYTES; a bigger --topology gets the default
+    # graph-250) record a few MB, well inside session.SMALL_INPUT_BYTES; a bigger --topology gets the default
     # session (the same results either way, only the speed differs).
     small = len(topo.node_names) <= SMALL_DEMO_NODES
     return SparkWarmup(options.master, input_bytes=0 if small else None, warm_run=small)

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.ci import need_module
+from tests.ci import REPO, need_module
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_ab_runs_both_arms_and_reports_paired_differences(tmp_path: Path) -> None:
