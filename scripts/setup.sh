@@ -23,6 +23,12 @@ for spec in ip:iproute2 iptables:iptables ethtool:ethtool debootstrap:debootstra
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || need_pkgs+=("$pkg")
 done
 command -v java >/dev/null 2>&1 || need_pkgs+=(default-jre-headless)
+# The Go reference (../shared/reference, matrix-org/pinecone) builds offline in GOPATH mode against Debian's Go
+# and these four libraries (its README); snekbed's reference node program (node/pinecone) is built from them.
+command -v go >/dev/null 2>&1 || need_pkgs+=(golang-go)
+for gopkg in golang-golang-x-net-dev golang-golang-x-sys-dev golang-github-gorilla-websocket-dev golang-go.uber-atomic-dev; do
+  dpkg -s "$gopkg" >/dev/null 2>&1 || need_pkgs+=("$gopkg")
+done
 if ! command -v docker >/dev/null 2>&1; then need_pkgs+=(docker.io); fi
 if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then need_pkgs+=(docker-compose); fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
