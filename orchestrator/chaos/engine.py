@@ -298,7 +298,7 @@ def execute(sc: Scenario, topology: Topology | None, options: ChaosOptions | Non
         print(f"snekbed chaos: run metrics on {server.url}", file=sys.stderr)
     try:
         if o.view_at is not None:
-            out = trio.run(_run_viewed, prepared, sc, o.seed, progress, o.view_at, clock=prepared.clock)
+            out = trio.run(_run_viewed, prepared, sc, o.seed, progress, o.view_at)  # a served view: the real clock
         else:
             run = partial(run_scenario, prepared.backend, sc, seed=o.seed, progress=progress, metrics=prepared.metrics)
             out = trio.run(run, clock=prepared.clock)
