@@ -77,3 +77,17 @@ if .venv/bin/python -W ignore -c "import sys, node.core; sys.exit(1 if node.core
   .venv/bin/pip install -q -e '.[all]'
 fi
 log "ready: $(.venv/bin/snekbed --version | tr '\n' ' ')"
+# The reference node program (node/pinecone on the Go reference, docs/interop.md): built once, offline, cached by
+# a hash of its sources. Without ../shared/reference (or $SNEKBED_PINECONE_SRC) it is skipped, and says why.
+if ref_path=$(.venv/bin/python -W ignore -c "
+import sys
+from orchestrator.backends.reference import build_reference_node, reference_available, REPO
+ok, why = reference_available()
+if not ok:
+    sys.exit('reference nodes unavailable: ' + why)
+print(build_reference_node(REPO / 'build' / 'reference-node'))
+" 2>/tmp/snekbed-reference-build.log); then
+  log "reference node built: $ref_path"
+else
+  log "$(tail -n 1 /tmp/snekbed-reference-build.log)"
+fi
