@@ -16,7 +16,8 @@ packages) is always searched last.
 
 The binary is cached in ``out_dir`` under a name made of a hash of everything it is built from: the Go
 sources of every non-standard package it imports (``go list -deps``, ours included) and ``go version``. A
-second build of the same sources returns the same file at once.
+second build of the same sources returns the same file at once. :func:`build_go_program` builds another Go
+program of ours on the reference's public API the same way (tests/interop/golden, the golden wire vectors).
 
     python -m orchestrator.backends.reference [--pinecone-src DIR] [--out DIR]    # prints the binary's path
 
@@ -41,6 +42,7 @@ __all__ = [
     "PROGRAM_DIR",
     "ReferenceSource",
     "ReferenceUnavailable",
+    "build_go_program",
     "build_reference_node",
     "default_pinecone_src",
     "locate_reference",
@@ -174,9 +176,9 @@ def _link_root(src: ReferenceSource, out_dir: Path) -> Path | None:
     return root
 
 
-def _run(cmd: list[str], env: dict[str, str], what: str) -> str:
+def _run(cmd: list[str], env: dict[str, str], what: str, cwd: Path = PROGRAM_DIR) -> str:
     try:
-        proc = subprocess.run(cmd, cwd=PROGRAM_DIR, env=env, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ReferenceUnavailable(f"{what} failed: {exc}") from None
     if proc.returncode != 0:
@@ -235,6 +237,41 @@ def build_reference_node(out_dir: str | os.PathLike[str], pinecone_src: str | os
     tmp = out / f".pinecone-node-{os.getpid()}.tmp"
     _run([go, "build", "-trimpath", "-ldflags", f"-X main.referenceVersion={ref}", "-o", str(tmp), "."],
          env, "go build")  # fmt: skip
+    os.replace(tmp, binary)
+    return binary
+
+
+def build_go_program(src_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+                     pinecone_src: str | os.PathLike[str] | None = None) -> Path:
+    """Build another Go ``package main`` of ours on the reference's public API (``src_dir``, e.g.
+    tests/interop/golden) as :func:`build_reference_node` builds node/pinecone: offline, GOPATH mode, the same
+    reference and dependencies. The binary, ``out_dir/<dir name>-<hash>``, is cached by a hash of every
+    non-standard Go source it is built from and ``go version``. Raises ReferenceUnavailable."""
+    go = _go()
+    src = locate_reference(pinecone_src)
+    program = Path(src_dir).resolve()
+    if not any(program.glob("*.go")):
+        raise ReferenceUnavailable(f"{program} holds no Go source")
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    env = _env(src, out, _link_root(src, out))
+    version = _run([go, "version"], env, "go version", program).strip()
+    listing = _run([go, "list", "-deps", "-f",
+                    '{{if not .Standard}}{{.ImportPath}}\t{{.Dir}}\t{{join .GoFiles " "}}{{end}}', "."],
+                   env, "go list", program)  # fmt: skip
+    h = hashlib.sha256(f"{version}\0CGO_ENABLED=0\0".encode())
+    for line in sorted(filter(None, listing.splitlines())):
+        path, d, files = line.split("\t")
+        if path.startswith("_"):  # our own package, named by its directory in GOPATH mode
+            path = f"snekbed/{program.name}"
+        for f in sorted(files.split()):
+            h.update(f"{path}/{f}\0".encode())
+            h.update((Path(d) / f).read_bytes())
+    binary = out / f"{program.name}-{h.hexdigest()[:16]}"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    tmp = out / f".{program.name}-{os.getpid()}.tmp"
+    _run([go, "build", "-trimpath", "-o", str(tmp), "."], env, "go build", program)
     os.replace(tmp, binary)
     return binary
 

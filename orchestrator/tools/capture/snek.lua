@@ -48,7 +48,7 @@ local f = {
     plen = ProtoField.uint16("snek.plen", "Payload length"),
     dest_coords = ProtoField.string("snek.dest_coords", "Destination coordinates"),
     src_coords = ProtoField.string("snek.src_coords", "Source coordinates"),
-    coord_port = ProtoField.uint32("snek.coords.port", "Port"),
+    coord_port = ProtoField.uint64("snek.coords.port", "Port"), -- a varu64: ports above 2^32 stay exact
     dest_key = ProtoField.bytes("snek.dest_key", "Destination key"),
     src_key = ProtoField.bytes("snek.src_key", "Source key"),
     wm_key = ProtoField.bytes("snek.watermark.key", "Watermark key"),
@@ -61,7 +61,7 @@ local f = {
     ann_root_seq = ProtoField.uint64("snek.ann.root_seq", "Root sequence"),
     ann_hops = ProtoField.uint32("snek.ann.hops", "Signature hops"),
     ann_hop = ProtoField.none("snek.ann.hop", "Hop"),
-    ann_hop_port = ProtoField.uint32("snek.ann.hop.port", "Port"),
+    ann_hop_port = ProtoField.uint64("snek.ann.hop.port", "Port"),
     ann_hop_key = ProtoField.bytes("snek.ann.hop.key", "Key"),
     ann_hop_sig = ProtoField.bytes("snek.ann.hop.signature", "Signature"),
 
@@ -157,7 +157,7 @@ local function add_coords(tree, rd, field)
     local ports = {}
     while inner:remaining() > 0 do
         local v, r = inner:varu64()
-        ports[#ports + 1] = { tostring(v), r }
+        ports[#ports + 1] = { tostring(v), r, v }
     end
     rd.pos = rd.pos + n
     local text = "[" .. table.concat((function()
@@ -169,7 +169,7 @@ local function add_coords(tree, rd, field)
     end)(), " ") .. "]"
     local sub = tree:add(field, rd.tvb(start, rd.pos - start), text)
     for _, p in ipairs(ports) do
-        sub:add(f.coord_port, p[2], tonumber(p[1]))
+        sub:add(f.coord_port, p[2], p[3])
     end
     return text
 end
@@ -194,7 +194,7 @@ local function add_announcement(tree, tvb, offset, limit)
         hops = hops + 1
         local h = tree:add(f.ann_hop, tvb(start, rd.pos - start))
         h:set_text(string.format("Hop %d: port %s", hops, tostring(port)))
-        h:add(f.ann_hop_port, pr, tonumber(tostring(port)))
+        h:add(f.ann_hop_port, pr, port)
         h:add(f.ann_hop_key, key)
         h:add(f.ann_hop_sig, sig)
     end
