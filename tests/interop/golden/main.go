@@ -44,7 +44,11 @@ type vector struct {
 	Fields      map[string]interface{} `json:"fields"`
 }
 
-var out = json.NewEncoder(os.Stdout)
+var out = func() *json.Encoder {
+	e := json.NewEncoder(os.Stdout)
+	e.SetEscapeHTML(false) // names like "router/root->middle/000/..." as they are
+	return e
+}()
 
 func emit(v vector) {
 	if err := out.Encode(v); err != nil {
