@@ -87,6 +87,10 @@ def parse_variant(
         spec = VariantSpec.parse(name)
     except VariantError as exc:
         raise ConfigError("--variant", name, str(exc)) from None
+    if spec.implementation != "snekbed":
+        raise ConfigError("--variant", name, f"{spec.name} is the Pinecone reference implementation, which "
+                          "`snekbed node` does not run: run the reference node (node/pinecone, docs/interop.md), "
+                          f"or give a topology node `variant: {spec.name}` on the Docker or swarm backend")
     extra: dict[str, object] = {}
     if hop_limiting:
         extra["hop_limiting"] = True

@@ -10,6 +10,12 @@ Each variant is one module of the core behind :class:`~node.core.snek_api.SnekSt
 only names it) and owns the handshake capabilities it advertises: two nodes peer only when those match
 exactly (§3.2, §7.4), so :meth:`VariantSpec.peering_refusal` is the reason a handshake between them fails.
 Knobs never change the wire format: nodes with different knobs of one variant interoperate.
+
+A spec may also name another **implementation**: ``pinecone`` is the Pinecone reference itself (the Go program
+``node/pinecone`` on github.com/matrix-org/pinecone, docs/interop.md), run as a node of its own by the real-time
+backends. The registry knows it (:attr:`Variant.implementation` ``"reference"``), so it is accepted wherever a
+spec is; snekbed's router never runs it (:meth:`VariantSpec.router_options` refuses), and only the knobs the
+reference's public API can set may differ from their defaults (:attr:`Variant.fixed`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,12 @@ class Variant:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     #: routes left by a lost node linger until ``entry_expiry`` (soft state); False when they are torn down
     soft_state: bool = True
+    #: who runs it: ``"snekbed"`` (this router) or ``"reference"`` (the Pinecone reference's own code)
+    implementation: str = "snekbed"
+    #: knobs this implementation cannot change (constants of its code): a spec may not set them
+    fixed: tuple[str, ...] = ()
+    #: the variant of this router whose rules another implementation runs (pinecone: snek)
+    protocol: str = ""
 
     def default(self, knob: str) -> Any:
         return self.defaults.get(knob, KNOBS[knob].default)
@@ -112,6 +124,11 @@ register(Variant("snek-s0", SnekS0, CAPABILITIES, "000",
 register(Variant("legacy", SnekLegacy, 0x8000003B, "002/003",
                  "the older snake (§7): ascending/descending paths set up and torn down explicitly, 1 h hard state, "
                  "no watermarks, frame types 0xE0-0xE3", defaults={"entry_expiry": LEGACY_EXPIRY_S}, soft_state=False))  # fmt: skip
+register(Variant("pinecone", SnekReference, CAPABILITIES, "the reference's own code",
+                 "the Pinecone reference implementation itself (node/pinecone on github.com/matrix-org/pinecone, "
+                 "docs/interop.md), as a node of its own: Docker and swarm backends only",
+                 implementation="reference", fixed=("root_filter", "bootstrap_interval", "entry_expiry"),
+                 protocol="snek"))  # fmt: skip
 
 
 def variants_advertising(capabilities: int) -> str:
@@ -132,9 +149,14 @@ class VariantSpec:
     def __post_init__(self) -> None:
         if self.name not in VARIANTS:
             raise VariantError(f"unknown variant {self.name!r} (known: {', '.join(sorted(VARIANTS))})")
-        for k, _ in self.knobs:
+        for k, v in self.knobs:
             if k not in KNOBS:
                 raise VariantError(f"unknown knob {k!r} (known: {', '.join(KNOBS)})")
+            variant = VARIANTS[self.name]
+            if k in variant.fixed and v != variant.default(k):
+                settable = ", ".join(x for x in KNOBS if x not in variant.fixed)
+                raise VariantError(f"variant {self.name} fixes {k} at {_text(variant.default(k))} (a constant of "
+                                   f"the {variant.implementation} implementation); it can set only {settable}")
 
     # ------------------------------------------------------------------ building
 
@@ -180,6 +202,16 @@ class VariantSpec:
     def capabilities(self) -> int:
         return self.variant.capabilities
 
+    @property
+    def implementation(self) -> str:
+        """``"snekbed"`` for a variant of this router, ``"reference"`` for the Pinecone reference (``pinecone``)."""
+        return self.variant.implementation
+
+    def as_protocol(self) -> VariantSpec:
+        """The variant of this router whose rules the spec's implementation runs, with the same knobs
+        (``pinecone,hop_limiting=1`` -> ``snek,hop_limiting=1``; a spec of this router is itself)."""
+        return VariantSpec.of(self.variant.protocol, dict(self.knobs)) if self.variant.protocol else self
+
     def peering_refusal(self, other: VariantSpec) -> str | None:
         """Why a node running ``self`` and one running ``other`` cannot peer (None when they can)."""
         if self.capabilities == other.capabilities:
@@ -202,7 +234,12 @@ class VariantSpec:
         return base if interval is None else replace(base, bootstrap_interval_s=float(interval))
 
     def router_options(self, base: Timers | None = None) -> dict[str, Any]:
-        """Keyword arguments for :class:`~node.core.router.Router` that make it run this spec."""
+        """Keyword arguments for :class:`~node.core.router.Router` that make it run this spec. Raises
+        VariantError for a spec of another implementation (``pinecone``): this router never runs it."""
+        if self.implementation != "snekbed":
+            raise VariantError(f"{self} is the Pinecone reference implementation (node/pinecone, docs/interop.md), "
+                               "not a variant of snekbed's router: it runs as a node of its own, on the Docker "
+                               "and swarm backends")
         return {
             "snek": self.name,
             "timers": self.timers(base),

@@ -13,6 +13,7 @@ from node.core.variants import VariantError, VariantSpec
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
 from orchestrator.cli.options import address_option
 from orchestrator.cli.render import sim_table
+from orchestrator.model.hosting import HostingError
 from orchestrator.sessions.sim import config_from_topology, refused_sentence, run_sim_sync
 from orchestrator.model.topology import TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -81,11 +82,14 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
         topo = load_topology(topology, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
         raise click.ClickException(str(exc)) from exc
-    cfg = config_from_topology(
-        topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root,
-        link_delay_ms=link_delay_ms, boot_spread_s=boot_spread_s, max_time_s=max_time_s, record=record, run_id=run_id,
-        wire_bytes=wire_bytes, variant=variant,
-    )
+    try:
+        cfg = config_from_topology(
+            topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root,
+            link_delay_ms=link_delay_ms, boot_spread_s=boot_spread_s, max_time_s=max_time_s, record=record,
+            run_id=run_id, wire_bytes=wire_bytes, variant=variant,
+        )
+    except HostingError as exc:  # a node of the Pinecone reference: `snekbed sim` runs in process
+        raise click.UsageError(str(exc)) from None
     cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)
     cfg.view = view

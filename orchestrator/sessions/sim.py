@@ -32,6 +32,7 @@ from node.metrics import serve as serve_metrics
 from orchestrator.backends.inproc import InprocNetwork, SimNode
 from orchestrator.tools.capture.inproc import InprocPcap
 from orchestrator.tools.inproc_metrics import InprocMetrics
+from orchestrator.model.hosting import require_in_process
 from orchestrator.model.observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
 from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
@@ -414,10 +415,12 @@ def link_options(topo: Topology, index: int) -> dict:
 
 
 def config_from_topology(topo: Topology, **kw) -> SimConfig:
-    """The in-process run of ``topo``; ``variant`` (in ``kw``) is the run's, topology nodes may override it."""
+    """The in-process run of ``topo``; ``variant`` (in ``kw``) is the run's, topology nodes may override it.
+    Raises HostingError when a node's spec is the Pinecone reference's (it runs only on a real-time backend)."""
     seed = kw.get("seed", 0)
     key_seeds = {n.name: n.seed_bytes(seed) for n in topo.nodes if n.key_seed}
     variant = kw.pop("variant", None) or VariantSpec()
+    require_in_process(topo.variants(variant))
     variants = {n.name: n.variant_spec(variant) for n in topo.nodes if n.variant is not None or n.knobs}
     if len(variants) == len(topo.nodes) and len(set(variants.values())) == 1:
         variant, variants = next(iter(variants.values())), {}  # every node names the same: that is the run's

@@ -1,0 +1,51 @@
+"""Which backend can host which node: a node whose spec names another implementation than snekbed's router
+(``pinecone``, the Pinecone reference: node.core.variants) runs as a program of its own, so only the real-time
+backends that start one process per node (Docker, swarm) can host it; the in-process backend runs snekbed's
+routers only. Every command that takes a spec asks :func:`in_process_refusal` before it builds anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from node.core.variants import VariantSpec
+
+__all__ = ["REAL_TIME_BACKENDS", "IN_PROCESS_REFUSAL", "HostingError", "reference_nodes", "in_process_refusal",
+           "require_in_process"]
+
+#: backends that run every node as a process of its own, in real time: they can host the reference
+REAL_TIME_BACKENDS = ("docker", "swarm")
+#: what an in-process run says of a node it cannot host
+IN_PROCESS_REFUSAL = "the reference runs only on a real-time backend"
+_SHOWN = 6
+
+
+class HostingError(ValueError):
+    """A backend cannot host a node of the run (the message names them and says which backends can)."""
+
+
+def reference_nodes(specs: Mapping[str, VariantSpec]) -> list[str]:
+    """The names (keys of ``specs``) whose spec is run by the Pinecone reference, sorted."""
+    return sorted(name for name, spec in specs.items() if spec.implementation == "reference")
+
+
+def in_process_refusal(specs: Mapping[str, VariantSpec], backend: str = "inproc") -> str | None:
+    """None when the in-process ``backend`` can run every node of ``specs`` (node name -> spec); else why not,
+    naming the nodes."""
+    if backend in REAL_TIME_BACKENDS:
+        return None
+    names = reference_nodes(specs)
+    if not names:
+        return None
+    shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+    spec = specs[names[0]].name
+    return (f"node{'s' if len(names) > 1 else ''} {shown} run{'' if len(names) > 1 else 's'} {spec}, the Pinecone "
+            f"reference implementation (docs/interop.md): {IN_PROCESS_REFUSAL} (--backend "
+            f"{' or '.join(REAL_TIME_BACKENDS)}), not on --backend {backend}")
+
+
+def require_in_process(specs: Mapping[str, VariantSpec], backend: str = "inproc") -> None:
+    """Raise HostingError with :func:`in_process_refusal`'s reason when ``backend`` cannot run every node."""
+    why = in_process_refusal(specs, backend)
+    if why is not None:
+        raise HostingError(why)
