@@ -8,10 +8,12 @@ Spark. To add a command, add one line to ``COMMANDS``.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 
 import click
 
 from node.core import implementation as core_implementation
+from orchestrator.backends.reference import reference_available
 
 # command name -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
@@ -68,8 +70,21 @@ def _unavailable(name: str, exc: ModuleNotFoundError) -> click.Command:
         "ignore_unknown_options": True, "allow_extra_args": True})
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the package's version, whether reference nodes (spec ``pinecone``) can run here and why not,
+    and which protocol core runs."""
+    if not value or ctx.resilient_parsing:
+        return
+    ok, why = reference_available()
+    reference = f"available ({why})" if ok else f"not available: {why}"
+    click.echo(f"{ctx.find_root().info_name}, version {importlib.metadata.version('snekbed')}\n"
+               f"reference nodes: {reference}\ncore: {core_implementation()}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="snekbed", message=f"%(prog)s, version %(version)s\ncore: {core_implementation()}")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, whether reference nodes can run here, and which core runs; then exit.")
 def main() -> None:
     """snekbed: a testbed for SNEK overlay routing (Pinecone spanning tree + virtual snake)."""
 

@@ -1,10 +1,11 @@
-"""``snekbed image build|prometheus|show``: the node image and the Prometheus image, built without a registry
-(orchestrator/backends/image.py; docs/image.md)."""
+"""``snekbed image build|prometheus|show``: the node image, the reference node image and the Prometheus image,
+built without a registry (orchestrator/backends/image.py, image_reference.py; docs/image.md)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,9 +13,16 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.backends.engine import EngineUnreachable, docker_client
-from orchestrator.backends.image import PROMETHEUS_REPOSITORY, build_node_image, build_prometheus_image, list_images
+from orchestrator.backends.image import (
+    PROMETHEUS_REPOSITORY,
+    ImageInfo,
+    build_node_image,
+    build_prometheus_image,
+    list_images,
+)
 from orchestrator.backends.image_base import BASE_IMAGE
 from orchestrator.backends.image_common import ImageError, default_cache_dir
+from orchestrator.backends.image_reference import ReferenceImageError, build_reference_image
 
 __all__ = ["image"]
 
@@ -31,7 +39,7 @@ def _client() -> Any:
 
 @click.group()
 def image() -> None:
-    """Build and inspect the snek node image (works without a registry)."""
+    """Build and inspect the snek node images (works without a registry)."""
 
 
 @image.command()
@@ -39,9 +47,15 @@ def image() -> None:
 @click.option("--base", "base_image", metavar="IMAGE", help=f"Base image with python3.11 [default: {BASE_IMAGE}, "
               "or an offline Debian base when the registry is unreachable].")
 @click.option("--refresh-wheels", is_flag=True, help="Re-download the dependency wheels from PyPI.")
+@click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="The Pinecone reference to build the reference node image from (a checkout or a GOPATH tree) "
+                   "[default: $SNEKBED_PINECONE_SRC, else ../shared/reference; without one, only a warning].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def build(force: bool, base_image: str | None, refresh_wheels: bool, as_json: bool) -> None:
-    """Build snekbed-node:<hash> (and :latest) if any input changed."""
+def build(force: bool, base_image: str | None, refresh_wheels: bool, pinecone_src: Path | None,
+          as_json: bool) -> None:  # fmt: skip
+    """Build snekbed-node:<hash> and the reference node's snekbed-reference:<hash> (and :latest) if any input
+    changed. The reference image is skipped with a warning when the reference cannot be built here (an error when
+    --pinecone-src names it)."""
     console = Console(stderr=True)
     client = _client()
     with console.status("preparing the node image") as status:
@@ -53,14 +67,26 @@ def build(force: bool, base_image: str | None, refresh_wheels: bool, as_json: bo
         try:
             info = build_node_image(client, base=base_image, force=force, refresh_wheels=refresh_wheels,
                                     progress=progress)
+            status.update("preparing the reference node image")
+            reference: ImageInfo | str = build_reference_image(client, base=base_image, pinecone_src=pinecone_src,
+                                                               force=force, progress=progress)  # fmt: skip
+        except ReferenceImageError as exc:
+            if pinecone_src is not None:
+                raise click.ClickException(str(exc)) from exc
+            reference = str(exc)
         except ImageError as exc:
             raise click.ClickException(str(exc)) from exc
     if as_json:
-        click.echo(json.dumps(asdict(info), indent=2))
+        click.echo(json.dumps({**asdict(info), "reference": asdict(reference) if isinstance(reference, ImageInfo)
+                               else {"available": False, "why": reference}}, indent=2))  # fmt: skip
         return
-    state = "[green]rebuilt[/]" if info.rebuilt else "[cyan]up to date[/]"
-    console.print(f"[bold]{info.tag}[/] (also {info.tag.split(':')[0]}:latest) {state}  "
-                  f"{info.id[:19]}  {info.size_bytes / 1e6:.0f} MB", highlight=False, soft_wrap=True)
+    for built in (info, reference):
+        if isinstance(built, str):
+            console.print(f"[yellow]warning[/]: no reference image: {built}", highlight=False, soft_wrap=True)
+            continue
+        state = "[green]rebuilt[/]" if built.rebuilt else "[cyan]up to date[/]"
+        console.print(f"[bold]{built.tag}[/] (also {built.tag.split(':')[0]}:latest) {state}  "
+                      f"{built.id[:19]}  {built.size_bytes / 1e6:.0f} MB", highlight=False, soft_wrap=True)
     console.print(f"base: {info.base} ({info.base_reason})", highlight=False, soft_wrap=True)
 
 
