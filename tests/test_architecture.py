@@ -31,16 +31,18 @@ PACKAGES = ("contract", "netem", "node", "orchestrator", "pipeline")
 
 #: importer -> (the project modules it may import inside a function, the optional extra they load, why).
 LAZY_BOUNDARIES: dict[str, tuple[frozenset[str], str, str]] = {
-    "orchestrator.cli.run": (
+    "orchestrator.sessions.lifecycle": (
         frozenset({"orchestrator.backends.docker", "orchestrator.backends.docker_session", "orchestrator.backends.image",
-                   "orchestrator.tools.compose", "orchestrator.backends.swarm"}),
+                   "orchestrator.backends.image_reference", "orchestrator.backends.engine",
+                   "orchestrator.backends.swarm"}),
         "docker",
         "`snekbed up --backend inproc` and `status` of an in-process run work without the docker extra; the "
         "Docker or swarm backend (orchestrator.backends.image imports the SDK) loads when such a run is asked for",
     ),
     "orchestrator.chaos.engine": (
         frozenset({"orchestrator.backends.docker", "orchestrator.chaos.docker_backend", "orchestrator.backends.image",
-                   "orchestrator.backends.swarm", "orchestrator.chaos.swarm_backend"}),
+                   "orchestrator.backends.image_reference", "orchestrator.backends.swarm",
+                   "orchestrator.chaos.swarm_backend"}),
         "docker",
         "`snekbed chaos` on the in-process backend works without the docker extra; the Docker chaos backend "
         "(and the image build, which imports the SDK) loads for --backend docker or swarm",

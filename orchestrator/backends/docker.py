@@ -6,8 +6,9 @@ Everything goes through the Docker SDK (no docker CLI). One ``up``:
    control network, the LAN segment (if any node is ``multicast: true``) and one
    internal /29 per link;
 2. creates, connects and starts the node containers concurrently (``snekbed node``
-   in the image ``build_node_image`` made, with the command lines ``docker_plan``
-   plans), each labelled ``snekbed.run=<id>`` and ``snekbed.node=<name>``, its run's
+   in the image ``build_node_image`` made, or the reference node in the image
+   ``build_reference_image`` made for a node whose spec is ``pinecone``, with the
+   command lines ``docker_plan`` plans), each labelled ``snekbed.run=<id>`` and ``snekbed.node=<name>``, its run's
    ``events/`` directory bind-mounted;
 3. shapes every link at both ends from the HOST, inside the container's network
    namespace (``docker_links.shape_endpoint``); the part of the shape the kernel cannot do
@@ -63,6 +64,7 @@ from orchestrator.backends.docker_plan import (
     NodeLaunch,
     free_local_port,
     link_alias,  # noqa: F401  (orchestrator.chaos.swarm_backend imports it from here; docker_plan is its home)
+    implementation_of,
     link_shape,
     node_container_options,
     plan_host_launches,
@@ -72,7 +74,7 @@ from orchestrator.backends.image_common import default_cache_dir
 from orchestrator.model.topology import Topology
 
 __all__ = ["DockerBackend", "DockerBackendError", "UpResult", "DownReport", "Progress", "sigint_ignored",
-           "STOP_TIMEOUT_S"]
+           "STOP_TIMEOUT_S", "require_reference_image"]
 
 STOP_TIMEOUT_S = 3  # seconds between SIGTERM and SIGKILL when a run is taken down
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -93,6 +95,14 @@ def sigint_ignored() -> Iterator[None]:
 
 def _noop(_phase: str, _done: int, _total: int) -> None:
     """The default progress callback."""
+
+
+def require_reference_image(topology: Topology, reference_image: str | None) -> None:
+    """Raise DockerBackendError when ``topology`` has reference nodes (spec ``pinecone``) and no image for them."""
+    refs = [n.name for n in topology.nodes if not n.host and implementation_of(n) == "reference"]
+    if refs and not reference_image:
+        raise DockerBackendError(f"topology {topology.name}: node(s) {', '.join(refs[:6])} run the Pinecone reference "
+                                 "and no reference image was given (`snekbed image build` builds it; docs/image.md)")
 
 
 @dataclass(slots=True)
@@ -153,15 +163,19 @@ class DockerBackend:
     def up(self, topology: Topology, *, run_id: str, events_dir: Path, image: str, seed: int | str = 0,
            shaping_backend: ShapingBackend = "userspace", progress: Progress | None = None,
            on_plan: Callable[[AddressPlan, dict[str, NodeLaunch], dict[str, HostLaunch]], None] | None = None,
-           ) -> UpResult:
+           reference_image: str | None = None) -> UpResult:
         """Create the networks and start one container per node; shape every link.
 
         ``on_plan`` is called once the plan is fixed, before any container exists (the
         CLI records it). Host nodes get their networks and a command (``UpResult.hosts``), not a
-        container. Everything created carries ``snekbed.run=<run_id>``, so
+        container. Nodes whose spec is ``pinecone`` run ``reference_image`` (the reference node).
+        Everything created carries ``snekbed.run=<run_id>``, so
         :meth:`down` removes it even after an exception or Ctrl-C half-way.
-        Raises DockerBackendError (AddressPoolExhausted, a failed create or shaping step).
+        Raises DockerBackendError (AddressPoolExhausted, a failed create or shaping step, reference nodes
+        without ``reference_image``).
         """
+        require_reference_image(topology, reference_image)
+        images = {"snekbed": image, "reference": reference_image or ""}
         progress = progress or _noop
         events_dir = events_dir.absolute()
         events_dir.mkdir(parents=True, exist_ok=True)
@@ -183,8 +197,9 @@ class DockerBackend:
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="snekbed-up")
         try:
             # listeners (the larger name of each link) first, so most dials find their peer already up
-            futures = {pool.submit(self._start_node, run_id, launches[name], plan, net_ids, image, events_dir,
-                                   shapes, shaping_backend): name for name in sorted(launches, reverse=True)}
+            futures = {pool.submit(self._start_node, run_id, launches[name], plan, net_ids,
+                                   images[launches[name].implementation], events_dir, shapes, shaping_backend): name
+                       for name in sorted(launches, reverse=True)}
             for fut in as_completed(futures):
                 cid, started, shaped = fut.result()
                 containers[futures[fut]] = cid
@@ -224,7 +239,7 @@ class DockerBackend:
         if launch.lan_ip is not None:  # --multicast needs the interface name, known only inside the container
             quoted = " ".join(shlex.quote(a) for a in launch.args)
             entrypoint = ["/bin/sh", "-c", f'set -- $(ip -o -4 addr show to {launch.lan_ip}/32); '
-                                           f'exec snekbed {quoted} --multicast "$2"']
+                                           f'exec {launch.program} {quoted} --multicast "$2"']
             command = []
         labels = {LABEL_RUN: run_id, LABEL_NODE: launch.name, LABEL_KEY: launch.key, LABEL_ROLE: "node"}
         try:

@@ -11,6 +11,14 @@ address (``--peer tcp://IP:7000?class=..``); the listener is told the class and
 userspace shape of connections from that address with ``--inbound tcp://IP?class=..``.
 So both ends agree on the link type, and each shapes what it sends.
 
+A node whose spec is ``pinecone`` (node.core.variants: the Pinecone reference implementation) runs the
+reference node (``node/pinecone``, docs/interop.md) in the reference image instead: the same options derived
+the same way (:func:`node_args`), less the ``node`` command, with its variant given as the rules it runs
+(``snek`` and the spec's knobs) and peer URIs that carry the link class only: it has no userspace shaper, so the
+part of a link's shape that the kernel backend leaves to the node (delay and jitter here, where the kernel has
+no netem; everything on the userspace backend) is not applied to what it sends, and
+:func:`unapplied_shaping` says so for every such link end (meta.json ``shaping_unapplied``).
+
 Host nodes (``host: true``) run outside Docker: :func:`plan_host_launches` gives the exact
 ``snekbed node`` command the user runs on the Docker host. A host node always dials
 its container peers at their link address (it reaches them through the link
@@ -25,13 +33,13 @@ import shlex
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from contract.links import LinkShape, default_classes, resolve_class
 from netem.plan import ShapingBackend, userspace_part
 from node.core.crypto import Identity, derive_seed
 from orchestrator.backends.docker_net import AddressPlan, DockerBackendError, LinkNet
-from orchestrator.model.topology import Topology
+from orchestrator.model.topology import NodeSpec, Topology
 
 __all__ = [
     "NODE_ADMIN_PORT",
@@ -40,11 +48,16 @@ __all__ = [
     "NODE_EVENTS_DIR",
     "LABEL_KEY",
     "REDIAL_MAX_S",
+    "PROGRAMS",
+    "Implementation",
     "NodeLaunch",
     "HostLaunch",
     "peer_params",
     "link_shape",
     "link_alias",
+    "node_args",
+    "implementation_of",
+    "unapplied_shaping",
     "plan_launches",
     "plan_host_launches",
     "free_local_port",
@@ -62,6 +75,9 @@ _NOT_IN_URI = ("duplicate_pct", "corrupt_pct", "reorder_pct")
 #: Longest wait between redials of a peer that is not up yet (the node's default is 30 s): in a large run
 #: the listener may start a minute after its dialer, and a long backoff would be counted as convergence time.
 REDIAL_MAX_S = 3.0
+Implementation = Literal["snekbed", "reference"]
+#: the program each implementation's image runs (its ENTRYPOINT): snekbed's and the reference node
+PROGRAMS: dict[str, str] = {"snekbed": "snekbed", "reference": "pinecone-node"}
 
 
 def node_container_options(*, kernel_shaping: bool) -> dict[str, object]:
@@ -83,10 +99,16 @@ class NodeLaunch:
     args: list[str]  # after the image's ENTRYPOINT ["snekbed"]
     links: list[LinkNet]
     lan_ip: str | None = None
+    implementation: Implementation = "snekbed"  # "reference": the reference node, in the reference image
 
     @property
     def admin(self) -> str:
         return f"{self.control_ip}:{NODE_ADMIN_PORT}"
+
+    @property
+    def program(self) -> str:
+        """What ``args`` follow: the image's entrypoint (``snekbed`` or ``pinecone-node``)."""
+        return PROGRAMS[self.implementation]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,32 +177,77 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
     for spec in topology.nodes:
         if spec.host:
             continue
-        seed_bytes = spec.seed_bytes(seed)
-        key = Identity(seed_bytes).public_key.hex()
-        shaping_seed = int.from_bytes(derive_seed(seed, "shaping", spec.name)[:4], "big")
-        args = ["node", "--listen", f"0.0.0.0:{NODE_PEER_PORT}", "--admin", f"0.0.0.0:{NODE_ADMIN_PORT}",
-                "--metrics", f"0.0.0.0:{NODE_METRICS_PORT}", "--key-seed", seed_bytes.hex(),
-                "--events", f"{NODE_EVENTS_DIR}/{spec.name}.jsonl", "--run-id", run_id, "--name", spec.name,
-                "--shaping-seed", str(shaping_seed), "--backoff-max-s", str(REDIAL_MAX_S)]
-        if spec.variant is not None or spec.knobs:
-            args += ["--variant", str(spec.variant_spec())]
+        impl = implementation_of(spec)
+        key = Identity(spec.seed_bytes(seed)).public_key.hex()
+        args = node_args(spec, seed=seed, run_id=run_id, listen=f"0.0.0.0:{NODE_PEER_PORT}",
+                         admin=f"0.0.0.0:{NODE_ADMIN_PORT}", metrics=f"0.0.0.0:{NODE_METRICS_PORT}",
+                         events=f"{NODE_EVENTS_DIR}/{spec.name}.jsonl")  # fmt: skip
         links = plan.links_of(spec.name)
         for ln in links:
             shape = link_shape(topology, ln.index)
             peer = ln.peer_of(spec.name)
             if plan.is_host(peer):  # the host node dials from its address on this bridge: the gateway
-                query = peer_params(ln.link_class, userspace_part(shape, "userspace"))
+                query = _uri_query(impl, ln.link_class, userspace_part(shape, "userspace"))
                 args += ["--inbound", f"tcp://{ln.net.gateway}?{query}"]
                 continue
-            query = peer_params(ln.link_class, userspace_part(shape, shaping_backend))
+            query = _uri_query(impl, ln.link_class, userspace_part(shape, shaping_backend))
             if spec.name == ln.dialer:
                 target = link_alias(ln.index, peer) if by_name else ln.net.members[peer]
                 args += ["--peer", f"tcp://{target}:{NODE_PEER_PORT}?{query}"]
             else:
                 args += ["--inbound", f"tcp://{ln.net.subnet if by_name else ln.net.members[peer]}?{query}"]
         lan_ip = plan.lan.members.get(spec.name) if plan.lan is not None else None
-        launches[spec.name] = NodeLaunch(spec.name, key, plan.control_ip(spec.name), args, links, lan_ip)
+        launches[spec.name] = NodeLaunch(spec.name, key, plan.control_ip(spec.name), args, links, lan_ip, impl)
     return launches
+
+
+def implementation_of(spec: NodeSpec) -> Implementation:
+    """Who runs ``spec``: ``reference`` when its variant is the Pinecone reference's (``pinecone``)."""
+    return "reference" if spec.variant is not None and spec.variant_spec().implementation == "reference" else "snekbed"
+
+
+def node_args(spec: NodeSpec, *, seed: int | str, run_id: str, listen: str, admin: str, metrics: str,
+              events: str) -> list[str]:
+    """The command line of ``spec``'s node without its peers: ``snekbed node``'s options, or the same options of
+    the reference node (docs/interop.md, "Options"), which takes them without the ``node`` command and its
+    variant as the rules it runs (``--variant snek[,knob=..]``). The key seed is ``NodeSpec.seed_bytes(seed)``,
+    the userspace shaper's seed derives from (seed, "shaping", name) (the reference node accepts and ignores it)."""
+    reference = implementation_of(spec) == "reference"
+    shaping_seed = int.from_bytes(derive_seed(seed, "shaping", spec.name)[:4], "big")
+    args = ["--listen", listen, "--admin", admin, "--metrics", metrics, "--key-seed", spec.seed_bytes(seed).hex(),
+            "--events", events, "--run-id", run_id, "--name", spec.name, "--shaping-seed", str(shaping_seed),
+            "--backoff-max-s", str(REDIAL_MAX_S)]
+    if spec.variant is not None or spec.knobs:
+        variant = spec.variant_spec()
+        args += ["--variant", str(variant.as_protocol() if reference else variant)]
+    return args if reference else ["node", *args]
+
+
+def _uri_query(impl: Implementation, link_class: str, userspace: LinkShape) -> str:
+    """A peer/inbound URI's query for a node of ``impl``: the reference node's carries the class only (no shaper:
+    :func:`unapplied_shaping` reports what it leaves out)."""
+    return peer_params(link_class, userspace if impl == "snekbed" else LinkShape())
+
+
+def unapplied_shaping(topology: Topology, shaping_backend: ShapingBackend) -> list[dict[str, Any]]:
+    """Every link end of a reference node whose shape has a part that only a snekbed node's transport applies on
+    ``shaping_backend`` (links with a host node: userspace at both ends): that part is not applied to what the
+    reference node sends on the link (the other end's direction is shaped as usual). One entry per such end:
+    ``link`` (index), ``node``, ``peer``, ``class``, ``unapplied`` {field: value} and ``why``. Pure."""
+    hosts = {n.name for n in topology.nodes if n.host}
+    refs = {n.name for n in topology.nodes if not n.host and implementation_of(n) == "reference"}
+    out: list[dict[str, Any]] = []
+    for i, link in enumerate(topology.links):
+        backend: ShapingBackend = "userspace" if {link.a, link.b} & hosts else shaping_backend
+        part = userspace_part(link_shape(topology, i), backend)
+        fields = {k: v for k, v in part.model_dump().items() if v}
+        for node, peer in ((link.a, link.b), (link.b, link.a)):
+            if node in refs and fields:
+                out.append({"link": i, "node": node, "peer": peer, "class": link.link_class, "unapplied": fields,
+                            "why": f"{node} runs the reference node, which has no userspace shaper, and the "
+                                   f"{backend} shaping backend leaves {', '.join(fields)} to the node: what {node} "
+                                   f"sends to {peer} is not shaped so (what {peer} sends is)"})  # fmt: skip
+    return out
 
 
 def plan_host_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: int | str, events_dir: Path,
@@ -197,14 +264,12 @@ def plan_host_launches(topology: Topology, plan: AddressPlan, *, run_id: str, se
     for spec in topology.nodes:
         if not spec.host:
             continue
+        if implementation_of(spec) == "reference":
+            raise DockerBackendError(f"host node {spec.name} runs {spec.variant}: a host node runs `snekbed node`; "
+                                     "run the reference node in a container (drop `host: true`)")
         seed_bytes = spec.seed_bytes(seed)
-        shaping_seed = int.from_bytes(derive_seed(seed, "shaping", spec.name)[:4], "big")
-        args = ["node", "--listen", spec.listen or "off", "--admin", admin[spec.name], "--metrics", "off",
-                "--key-seed", seed_bytes.hex(), "--events", str(events_dir.absolute() / f"{spec.name}.jsonl"),
-                "--run-id", run_id, "--name", spec.name, "--shaping-seed", str(shaping_seed),
-                "--backoff-max-s", str(REDIAL_MAX_S)]
-        if spec.variant is not None or spec.knobs:
-            args += ["--variant", str(spec.variant_spec())]
+        args = node_args(spec, seed=seed, run_id=run_id, listen=spec.listen or "off", admin=admin[spec.name],
+                         metrics="off", events=str(events_dir.absolute() / f"{spec.name}.jsonl"))  # fmt: skip
         links = plan.links_of(spec.name)
         for ln in links:
             query = peer_params(ln.link_class, userspace_part(link_shape(topology, ln.index), "userspace"))

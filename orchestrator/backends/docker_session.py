@@ -30,7 +30,7 @@ from orchestrator.model.topology import Topology
 
 from orchestrator.backends.docker import DockerBackend, DownReport, UpResult, sigint_ignored
 from orchestrator.backends.docker_net import AddressPlan, DockerBackendError
-from orchestrator.backends.docker_plan import HostLaunch, NodeLaunch
+from orchestrator.backends.docker_plan import HostLaunch, NodeLaunch, unapplied_shaping
 from orchestrator.backends.swarm import SwarmBackend
 from orchestrator.backends.docker_observe import (
     POLL_S,
@@ -43,7 +43,7 @@ from orchestrator.backends.docker_observe import (
 )
 
 __all__ = ["DockerSession", "links_not_made", "start_run", "roll_back", "choose_shaping", "wait_host_nodes",
-           "host_node_text", "PING_TIMEOUT_S", "HOST_TIMEOUT_S"]
+           "host_node_text", "unapplied_text", "PING_TIMEOUT_S", "HOST_TIMEOUT_S"]
 
 LIVE_BACKENDS = ("docker", "swarm")  # meta.json backends whose runs live on an engine
 PING_TIMEOUT_S = 5.0  # §8: the reference's ping timeout
@@ -300,6 +300,15 @@ def _ping_summary(lines: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
+def unapplied_text(run_id: str, unapplied: list[dict[str, Any]]) -> str:
+    """What a run says of the shaping its reference nodes cannot apply (one line per link end, then where it is)."""
+    lines = [f"run {run_id}: {len(unapplied)} link end(s) of reference nodes are not shaped as their class asks "
+             "(the reference node has no userspace shaper; docs/interop.md, \"Shaping\"):"]
+    lines += [f"  link {u['link']} {u['node']} -> {u['peer']} ({u['class']}): "
+              + ", ".join(f"{k} {v:g}" for k, v in u["unapplied"].items()) + " not applied" for u in unapplied]
+    return "\n".join([*lines, "  (meta.json shaping_unapplied)"])
+
+
 def host_node_text(run_id: str, hosts: Mapping[str, HostLaunch], timeout_s: float) -> str:
     """What the user is told to run for the host nodes of a run (one command line each, shell-quoted)."""
     lines = [f"run {run_id}: {len(hosts)} host node(s) run outside Docker: start each on this machine within "
@@ -353,9 +362,11 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
               shaping: tuple[ShapingBackend, str] = ("userspace", "default"), timeout_s: float = 120.0,
               progress: Callable[[str, int, int], None] | None = None,
               converge_progress: Callable[[float, int, int], None] | None = None,
-              announce: Announce | None = None,
-              host_timeout_s: float = HOST_TIMEOUT_S) -> tuple[DockerSession, UpResult, Convergence]:
+              announce: Announce | None = None, host_timeout_s: float = HOST_TIMEOUT_S,
+              reference_image: str | None = None) -> tuple[DockerSession, UpResult, Convergence]:
     """Bring ``topology`` up as run ``run`` and wait (up to ``timeout_s`` after the last start) for convergence.
+    Nodes whose spec is ``pinecone`` run ``reference_image``; meta.json's ``shaping_unapplied`` lists the part of
+    a link's shape their ends cannot apply (docker_plan.unapplied_shaping), and ``announce`` says it.
 
     With host nodes, once the containers run their commands go to ``announce`` (stderr by
     default) and the run waits up to ``host_timeout_s`` for each to answer with its key;
@@ -367,8 +378,8 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
     meta.json says so (``outcome``, ``rollback``) and the exception propagates.
     """
     try:
-        return _start_run(topology, run, backend=backend, image=image, seed=seed, shaping=shaping,
-                          timeout_s=timeout_s, progress=progress, converge_progress=converge_progress,
+        return _start_run(topology, run, backend=backend, images=(image, reference_image), seed=seed,
+                          shaping=shaping, timeout_s=timeout_s, progress=progress, converge_progress=converge_progress,
                           announce=announce or _announce_stderr, host_timeout_s=host_timeout_s)
     except BaseException as exc:
         roll_back(run, backend, exc)
@@ -393,13 +404,15 @@ def roll_back(run: RunDir, backend: DockerBackend, exc: BaseException) -> DownRe
     return report
 
 
-def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image: str, seed: int | str,
-               shaping: tuple[ShapingBackend, str], timeout_s: float,
+def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, images: tuple[str, str | None],
+               seed: int | str, shaping: tuple[ShapingBackend, str], timeout_s: float,
                progress: Callable[[str, int, int], None] | None,
                converge_progress: Callable[[float, int, int], None] | None,
                announce: Announce, host_timeout_s: float,
                ) -> tuple[DockerSession, UpResult, Convergence]:
     shaping_backend, why = shaping
+    image, reference_image = images
+    unapplied = unapplied_shaping(topology, "userspace" if isinstance(backend, SwarmBackend) else shaping_backend)
 
     variants = {name: str(v) for name, v in topology.variants().items()}
     run_variant = Counter(variants.values()).most_common(1)[0][0] if variants else "snek"
@@ -417,14 +430,18 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
             "links": [{"a": ln.a, "b": ln.b, "class": ln.link_class, "index": ln.index, "subnet": ln.net.subnet,
                        "shaping_backend": shaping_backend} for ln in plan.links],
             "versions": {**versions(), "docker_engine": _engine_version(backend), "image": image,
-                         "host": platform.node()},
+                         **({"reference_image": reference_image} if reference_image else {}), "host": platform.node()},
+            **({"shaping_unapplied": unapplied} if unapplied else {}),
             "started_wall_ts": round(time.time(), 6),
             "shaping": {"backend": shaping_backend, "why": why},
             "address_block": plan.block, "observer": {},
         })
 
     result = backend.up(topology, run_id=run.run_id, events_dir=run.events_dir, image=image, seed=seed,
-                        shaping_backend=shaping_backend, progress=progress, on_plan=on_plan)
+                        shaping_backend=shaping_backend, progress=progress, on_plan=on_plan,
+                        reference_image=reference_image)
+    if unapplied:
+        announce(unapplied_text(run.run_id, unapplied))
     meta = run.meta()
     for link in meta.get("links", []):
         link["shaping_backend"] = result.link_backends.get(link["index"], shaping_backend)

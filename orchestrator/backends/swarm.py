@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netem.plan import ShapingBackend
-from orchestrator.backends.docker import DockerBackend, DownReport, Progress, UpResult, _noop
+from orchestrator.backends.docker import (
+    DockerBackend,
+    DownReport,
+    Progress,
+    UpResult,
+    _noop,
+    require_reference_image,
+)
 from orchestrator.backends.docker_plan import (
     LABEL_KEY,
     NODE_ADMIN_PORT,
@@ -129,8 +136,9 @@ class SwarmBackend(DockerBackend):
     def up(self, topology: Topology, *, run_id: str, events_dir: Path, image: str, seed: int | str = 0,
            shaping_backend: ShapingBackend = "userspace", progress: Progress | None = None,
            on_plan: Callable[[AddressPlan, dict[str, NodeLaunch], dict[str, HostLaunch]], None] | None = None,
-           ) -> UpResult:
-        """Create the overlays and one service per node; wait until every task runs.
+           reference_image: str | None = None) -> UpResult:
+        """Create the overlays and one service per node (a reference node's runs ``reference_image``); wait until
+        every task runs.
 
         Shaping is userspace whatever ``shaping_backend`` says (see the module doc). The
         events directory is bind-mounted into every task: on a multi-host swarm the same
@@ -140,6 +148,8 @@ class SwarmBackend(DockerBackend):
         """
         self.require_manager()
         self.check_topology(topology)
+        require_reference_image(topology, reference_image)
+        images = {"snekbed": image, "reference": reference_image or ""}
         progress = progress or _noop
         events_dir = events_dir.absolute()
         events_dir.mkdir(parents=True, exist_ok=True)
@@ -155,7 +165,8 @@ class SwarmBackend(DockerBackend):
         services: dict[str, str] = {}
         progress("services", 0, len(launches))
         for name in sorted(launches, reverse=True):  # listeners first, as in the Docker backend
-            services[name] = self._create_service(run_id, launches[name], plan, net_ids, image, events_dir, topology)
+            services[name] = self._create_service(run_id, launches[name], plan, net_ids,
+                                                  images[launches[name].implementation], events_dir, topology)
             progress("services", len(services), len(launches))
         starts = self._wait_running(run_id, services, progress)
         shapes = {ln.index: link_shape(topology, ln.index) for ln in plan.links}

@@ -17,7 +17,9 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
   the same addresses and ask both nodes to dial now (``POST /peers/redial``)
   instead of waiting out their backoff.
 * ``link_change``: the nodes' userspace shapers are replaced (``POST /peers/shape``);
-  kernel-shaped links are shaped again in the containers' namespaces.
+  kernel-shaped links are shaped again in the containers' namespaces. A reference node's end (spec
+  ``pinecone``; it has no userspace shaper) gets the new shape's kernel part from the host, and the rest is
+  recorded as ``shaping_unapplied`` (docs/interop.md).
 * ``join``: nodes and links a scenario adds later are created with the run
   (so they have addresses), then stopped or disconnected until their step.
 
@@ -43,14 +45,17 @@ from typing import Any
 import networkx as nx
 import trio
 
-from netem.plan import ShapingBackend
+from contract.links import LinkShape, resolve_class
+from netem.plan import ShapingBackend, userspace_part
 from node.core.router import Timers
 from node.core.variants import VariantSpec
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker_net import ENDPOINT_CHANGES, AddressPlan
 from orchestrator.backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
-from orchestrator.backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
+from orchestrator.backends.docker_plan import implementation_of
+from orchestrator.backends.docker_session import DockerSession, choose_shaping, roll_back, start_run, unapplied_text
+from orchestrator.backends.shaping import Endpoint, apply_endpoint
 from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_docker_run
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
@@ -103,10 +108,15 @@ class DockerChaos(ChaosBackend):
                  backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
                  prometheus_image: str | None = None, metrics: RunMetrics | None = None,
                  host_timeout_s: float = 600.0, removal: DeferredRemoval | None = None,
-                 ab: dict[str, Any] | None = None) -> None:
-        """``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab`` when the run ends)."""
+                 ab: dict[str, Any] | None = None, reference_image: str | None = None) -> None:
+        """``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab`` when the run ends).
+        ``reference_image``: what nodes whose spec is ``pinecone`` run (the reference node)."""
         self.topology = topology
         self.ab = ab
+        self.reference_image = reference_image
+        #: keys for the run's --json document (the engine's PreparedRun.report): what shaping was not applied
+        self.report: dict[str, Any] = {}
+        self.shaping_backend: ShapingBackend = "userspace"  # the run's, once started
         #: set: ``stop`` only stops the nodes (their event logs complete) and hands the removal of containers and
         #: networks to this thread, for the caller to wait for later (``snekbed demo`` analyzes meanwhile)
         self.removal = removal
@@ -119,6 +129,7 @@ class DockerChaos(ChaosBackend):
         self.timeout_s = timeout_s
         self.docker = backend or DockerBackend()
         self.hosts = frozenset(n.name for n in topology.nodes if n.host)
+        self.reference_nodes = frozenset(n.name for n in topology.nodes if implementation_of(n) == "reference")
         bad = sorted(self.hosts & set(start_stopped))
         if bad:
             raise TargetError(f"host node(s) {', '.join(bad)} cannot join later: they run outside Docker")
@@ -155,8 +166,9 @@ class DockerChaos(ChaosBackend):
         session, result, _conv = await trio.to_thread.run_sync(
             lambda: start_run(self.topology, self.run, backend=self.docker, image=self.image, seed=self.seed,
                               shaping=shaping, timeout_s=self.timeout_s, announce=announce,
-                              host_timeout_s=self.host_timeout_s))  # fmt: skip
-        self.session, self.plan = session, result.plan
+                              host_timeout_s=self.host_timeout_s, reference_image=self.reference_image))  # fmt: skip
+        self.session, self.plan, self.shaping_backend = session, result.plan, result.shaping_backend
+        self.report["shaping_unapplied"] = self.run.meta().get("shaping_unapplied", [])
         self._admin = AdminClient(session.endpoints, timeout_s=3.0, workers=32)
         nets = self.docker.api.networks(filters={"label": f"snekbed.run={self.run.run_id}"})
         self.net_ids = {n["Name"]: n["Id"] for n in nets}
@@ -430,7 +442,34 @@ class DockerChaos(ChaosBackend):
         assert self._admin is not None and self.session is not None
         body: dict[str, Any] = {"class": link_class, "shaping": shaping or {}}
         for x, y in ((a, b), (b, a)):
+            if x in self.reference_nodes:  # no userspace shaper: the kernel part from the host, the rest reported
+                await trio.to_thread.run_sync(self._reshape_reference_end, x, y, link_class, shaping or {})
+                continue
             await trio.to_thread.run_sync(self._admin.post, x, "/peers/shape", {**body, "peer": self.session.keys[y]})
+
+    def _reshape_reference_end(self, x: str, y: str, link_class: str | None, shaping: dict[str, float]) -> None:
+        """link_change at a reference node's end of x--y: the kernel part of the new shape applied in its namespace
+        from the host (as at start), the part only a node's transport applies recorded as ``shaping_unapplied``
+        (an action, the --json document's list, a line on stderr)."""
+        assert self.plan is not None
+        for ln in self.plan.links:
+            if {ln.a, ln.b} != {x, y}:
+                continue
+            base = resolve_class(link_class or ln.link_class, self.topology.classes or None).shape
+            shape = LinkShape(**{**base.model_dump(), **shaping})
+            backend: ShapingBackend = "userspace" if y in self.hosts else self.shaping_backend
+            if backend != "userspace" and ln.index not in self.down_links and x not in self.stopped | self.removed:
+                pid = int(self.docker.api.inspect_container(self._cid(x))["State"]["Pid"])
+                apply_endpoint(Endpoint(str(ln.index), link_class or ln.link_class, shape, x, pid,
+                                        ln.net.members[x], y, ln.net.members[y]), backend)  # fmt: skip
+            fields = {k: v for k, v in userspace_part(shape, backend).model_dump().items() if v}
+            if fields:
+                entry = {"link": ln.index, "node": x, "peer": y, "class": link_class or ln.link_class,
+                         "unapplied": fields, "why": f"link_change: {x} runs the reference node (no userspace "
+                         f"shaper); the {backend} backend leaves {', '.join(fields)} to the node"}  # fmt: skip
+                self.report.setdefault("shaping_unapplied", []).append(entry)
+                self.run.action("shaping_unapplied", f"{x}--{y}", entry)
+                print(f"snekbed chaos: {unapplied_text(self.run.run_id, [entry])}", file=sys.stderr, flush=True)
 
     async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         assert self.plan is not None

@@ -32,8 +32,9 @@ from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.runner import Progress, run_scenario
 from orchestrator.chaos.scenario import Kill, Pause, RemoveNode, Restart, Resume, Scenario, ScenarioError, load_scenario
+from orchestrator.model.hosting import REAL_TIME_BACKENDS, in_process_refusal, reference_nodes
 from orchestrator.model.runs import create_run, new_run_id, runs_root
-from orchestrator.model.topology import Topology
+from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
 from orchestrator.tools.monitoring import RunMetrics, serve_metrics
 from orchestrator.tools.view.app import LiveHub, build_live_app
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from orchestrator.chaos.docker_backend import DockerChaos
 
 __all__ = ["BACKENDS", "ChaosOptions", "ChaosSetupError", "HOST_REFUSED", "PreparedRun", "execute", "full_topology",
-           "load_inputs", "make_backend", "register_backend", "require_topology", "resolve_scenario",
+           "load_inputs", "make_backend", "register_backend", "require_hostable", "require_topology", "resolve_scenario",
            "shipped_scenarios", "step_line"]
 
 
@@ -63,7 +64,8 @@ class ChaosOptions:
     ``variant``: every node's protocol variant and knobs unless the topology or a join step names another.
     ``ab``: the A/B experiment this run is an arm of (``meta.json``'s ``ab``).
     ``clock`` and ``boot_spread_s``: in process only (InprocChaos). ``image``, ``keep``, ``runs_dir``,
-    ``monitoring`` and ``prometheus_image``: Docker (and swarm) only. ``removal`` (Docker): the run returns once
+    ``monitoring``, ``prometheus_image`` and ``pinecone_src`` (the reference the reference image is built from,
+    for nodes whose spec is ``pinecone``): Docker (and swarm) only. ``removal`` (Docker): the run returns once
     its nodes have stopped, and the removal of its containers and networks goes on in that object's thread
     (``removal.wait()`` joins it); without it, the run returns removed.
     """
@@ -83,6 +85,7 @@ class ChaosOptions:
     metrics_at: HostPort | None = None
     view_at: HostPort | None = None
     removal: DeferredRemoval | None = None
+    pinecone_src: Path | None = None
 
 
 @dataclass
@@ -123,7 +126,23 @@ def make_backend(sc: Scenario, topology: Topology | None, options: ChaosOptions)
     factory = BACKENDS.get(options.backend)
     if factory is None:
         raise ChaosSetupError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
+    require_hostable(sc, topology, options)
     return factory(sc, topology, options)
+
+
+def require_hostable(sc: Scenario, topology: Topology | None, options: ChaosOptions) -> None:
+    """ChaosSetupError when ``options.backend`` cannot host a node of the run: the topology's, the ones the
+    scenario's join steps add, each with its spec or ``options.variant`` (the Pinecone reference's nodes run only
+    on a real-time backend: orchestrator.model.hosting)."""
+    if options.backend in REAL_TIME_BACKENDS:
+        return
+    try:
+        specs = full_topology(topology, sc).variants(options.variant)
+    except TopologyError:  # no node at all: the backend says so when it is made
+        specs = {}
+    why = in_process_refusal(specs, options.backend)
+    if why is not None:
+        raise ChaosSetupError(f"scenario {sc.name}: {why}")
 
 
 def shipped_scenarios() -> dict[str, Path]:
@@ -231,8 +250,9 @@ def _on_docker(sc: Scenario, topology: Topology | None, o: ChaosOptions, swarm: 
     t = time.monotonic()
     backend = _docker_backend(topology, sc, o, swarm)
     prepare_s = time.monotonic() - t  # the node image checked (built if its inputs changed)
+    backend.report["prepare_s"] = round(prepare_s, 3)
     return PreparedRun(backend, backend.run.run_id, str(backend.run.path), metrics=backend.metrics,
-                       report={"prepare_s": round(prepare_s, 3)})  # fmt: skip
+                       report=backend.report)  # the backend adds to it as it runs (shaping_unapplied)
 
 
 def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, swarm: bool) -> DockerChaos:
@@ -241,6 +261,7 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
     from orchestrator.backends.docker import DockerBackend
     from orchestrator.backends.swarm import SwarmBackend, SwarmError
     from orchestrator.backends.image import build_node_image, build_prometheus_image
+    from orchestrator.backends.image_reference import ReferenceImageError, build_reference_image
     from orchestrator.chaos.docker_backend import DockerChaos
     from orchestrator.chaos.swarm_backend import SwarmChaos
 
@@ -261,6 +282,12 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
         except SwarmError as exc:
             raise ChaosSetupError(str(exc)) from None
     image = o.image if o.image is not None else build_node_image(backend.client).tag
+    reference_image = None
+    if reference_nodes(full.variants()):  # nodes of the Pinecone reference: its image, built as the node image is
+        try:
+            reference_image = build_reference_image(backend.client, pinecone_src=o.pinecone_src).tag
+        except ReferenceImageError as exc:
+            raise ChaosSetupError(f"scenario {sc.name}: {exc}") from None
     prometheus_image = o.prometheus_image
     if o.monitoring and prometheus_image is None:
         prometheus_image = build_prometheus_image(backend.client)
@@ -274,12 +301,14 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
     metrics = RunMetrics(run.run_id) if o.monitoring or o.metrics_at is not None else None
     if swarm_backend is not None:
         chaos: DockerChaos = SwarmChaos(full, run, image=image, seed=o.seed, backend=swarm_backend, keep=o.keep,
-                                        start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab)
+                                        start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab,
+                                        reference_image=reference_image)  # fmt: skip
         chaos.metrics = metrics
         return chaos
     return DockerChaos(full, run, image=image, seed=o.seed, backend=backend, keep=o.keep,
                        prometheus_image=prometheus_image if o.monitoring else None, metrics=metrics,
-                       removal=o.removal, start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab)
+                       removal=o.removal, start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab,
+                       reference_image=reference_image)
 
 
 # ---------------------------------------------------------------------- the run

@@ -52,11 +52,12 @@ class SwarmChaos(DockerChaos):
     def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0,
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
                  backend: SwarmBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
-                 ab: dict[str, Any] | None = None) -> None:
+                 ab: dict[str, Any] | None = None, reference_image: str | None = None) -> None:
         swarm = backend or SwarmBackend()
         swarm.check_topology(topology)
         super().__init__(topology, run, image=image, seed=seed, shaping="userspace", start_stopped=start_stopped,
-                         start_unlinked=start_unlinked, backend=swarm, keep=keep, timeout_s=timeout_s, ab=ab)
+                         start_unlinked=start_unlinked, backend=swarm, keep=keep, timeout_s=timeout_s, ab=ab,
+                         reference_image=reference_image)  # fmt: skip
         self.swarm: SwarmBackend = swarm
         self._here = ""  # this engine's swarm node id
 

@@ -26,7 +26,7 @@ from pipeline.errors import PipelineError
 from pipeline.jobs.ab import Metric, compare_metric, summary_text
 
 from orchestrator.experiments.ab import AbPlan, run_arms
-from orchestrator.chaos.engine import load_inputs
+from orchestrator.chaos.engine import ChaosOptions, ChaosSetupError, load_inputs, require_hostable
 from orchestrator.chaos.scenario import ScenarioError
 from orchestrator.model.topology import TopologyError
 
@@ -80,18 +80,27 @@ def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("ab"), show_default=True)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master for the analysis")
 @click.option("--image", default=None, help="node image for --backend docker")
+@click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="--backend docker, an arm or node of spec pinecone: the Pinecone reference to build the reference "
+                   "node from [default: $SNEKBED_PINECONE_SRC, else ../shared/reference]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seeds: int, backend: str, out: Path,
-       master: str, image: str | None, as_json: bool) -> None:  # fmt: skip
+       master: str, image: str | None, pinecone_src: Path | None, as_json: bool) -> None:  # fmt: skip
     """Compare two protocol variants on the same topology, faults and seeds."""
     t0 = time.monotonic()
     a, b = _spec(a_text, "--a"), _spec(b_text, "--b")
     try:
         sc, topology = load_inputs(scenario, topology_path)
+        for arm, spec in (("--a", a), ("--b", b)):  # before any run: an arm the backend cannot host is a usage error
+            try:
+                require_hostable(sc, topology, ChaosOptions(backend=backend, variant=spec))
+            except ChaosSetupError as exc:
+                raise click.BadParameter(str(exc), param_hint=arm) from None
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    plan = AbPlan(a, b, sc, topology, list(range(seeds)), backend=backend, out=out, image=image)
+    plan = AbPlan(a, b, sc, topology, list(range(seeds)), backend=backend, out=out, image=image,
+                  pinecone_src=pinecone_src)
 
     def progress(arm: str, seed: int, run: dict[str, Any]) -> None:
         if not as_json:

@@ -53,8 +53,8 @@ __all__ = ["chaos"]
 @click.option("--write-scenario", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="with --random: write the generated schedule as a scenario file that replays it")
 @click.option("--variant", "variant_text", default="snek", show_default=True, metavar="NAME[,KNOB=VALUE...]",
-              help="every node's protocol variant (snek, snek-s0, legacy; docs/variants.md) unless the topology or "
-                   "a join step names another")
+              help="every node's protocol variant (snek, snek-s0, legacy; docs/variants.md; pinecone: the Pinecone "
+                   "reference itself, --backend docker|swarm) unless the topology or a join step names another")
 @click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE", help="a variant knob for every node; repeatable")
 @click.option("--monitoring", is_flag=True,
               help="--backend docker: run Prometheus with the run (its URL is printed; `snekbed down` removes it, so "
@@ -67,13 +67,16 @@ __all__ = ["chaos"]
 @click.option("--view", "view_at", default=None, metavar="HOST:PORT",
               help="serve the live `snekbed view` page of an in-process --clock real run (docs/view.md); a Docker "
                    "run is followed with `snekbed view --live`")
+@click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="--backend docker|swarm, nodes whose spec is pinecone: the Pinecone reference to build the reference "
+                   "node from [default: $SNEKBED_PINECONE_SRC, else ../shared/reference]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
           write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
-          prometheus_image: str | None, metrics_at: str | None, view_at: str | None, as_json: bool,
-          list_only: bool, boot_spread_s: float) -> None:  # fmt: skip
+          prometheus_image: str | None, metrics_at: str | None, view_at: str | None, pinecone_src: Path | None,
+          as_json: bool, list_only: bool, boot_spread_s: float) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
     if monitoring and backend != "docker":  # swarm too: Prometheus sits on one engine's control network
         raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
@@ -117,7 +120,8 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
 
     options = ChaosOptions(backend=backend, seed=seed, variant=variant, record=record, runs_dir=runs_dir, image=image,
                            keep=keep, clock=clock, boot_spread_s=boot_spread_s, monitoring=monitoring,
-                           prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr)  # fmt: skip
+                           prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
+                           pinecone_src=pinecone_src)  # fmt: skip
     try:
         out = execute(sc, topology, options, progress)
     except ChaosSetupError as exc:

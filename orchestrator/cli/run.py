@@ -26,6 +26,7 @@ from node.core.variants import VariantError, VariantSpec
 
 from orchestrator.backends.docker_net import DockerBackendError
 from orchestrator.cli.render import sim_table
+from orchestrator.model.hosting import in_process_refusal
 from orchestrator.model.runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -140,11 +141,14 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
 @click.option("--host-timeout-s", type=float, default=DEFAULT_HOST_TIMEOUT_S, show_default=True,
               help="Docker, topologies with host nodes (host: true): how long to wait for each to be started with "
                    "the printed `snekbed node` command and answer on its admin API.")
+@click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Docker, nodes whose spec is pinecone: the Pinecone reference to build the reference node from "
+                   "(a checkout or a GOPATH tree) [default: $SNEKBED_PINECONE_SRC, else ../shared/reference].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | None, seed: int, timeout_s: float,
        shaping: str, address_pool: str | None, image: str | None, workers: int, variant_text: str | None,
        knobs: tuple[str, ...], monitoring: bool, prometheus_image: str | None, host_timeout_s: float,
-       as_json: bool) -> None:  # fmt: skip
+       pinecone_src: Path | None, as_json: bool) -> None:  # fmt: skip
     """Bring TOPOLOGY up and wait until it has converged (or --timeout-s passes)."""
     topo = _load(topology)  # before anything else: a bad file creates nothing
     if variant_text is not None or knobs:
@@ -152,6 +156,9 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
             topo = topo.with_variant(VariantSpec.parse(variant_text or "snek").with_knobs(knobs))
         except VariantError as exc:
             raise click.BadParameter(str(exc), param_hint="--variant/--knob") from None
+    refused = in_process_refusal(topo.variants(), backend_name)
+    if refused is not None:  # nodes of the Pinecone reference, in process: nothing is created
+        raise click.UsageError(refused)
     root = runs_root(runs_dir)
     try:
         run = create_run(root, run_id or new_run_id(), topology=topo.to_record())
@@ -176,7 +183,7 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
         done = _up_with_progress(topo, run, as_json=as_json, seed=seed, timeout_s=timeout_s, shaping=shaping,
                                  pool=address_pool, image=image, workers=workers, monitoring=monitoring,
                                  prometheus_image=prometheus_image, host_timeout_s=host_timeout_s,
-                                 swarm=backend_name == "swarm")
+                                 swarm=backend_name == "swarm", pinecone_src=pinecone_src)
     except KeyboardInterrupt:
         _console(stderr=True).print(f"[red]interrupted[/]: {rolled_back(run)}")
         sys.exit(130)
@@ -219,6 +226,9 @@ def _print_up(done: Any, topo: Topology, run: RunDir, timeout_s: float, as_json:
     out, conv, result = done.out, done.convergence, done.result
     if out["links_refused"]:
         click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
+    if out["shaping_unapplied"]:  # said while the run came up too (announce): again where the run is summed up
+        click.echo(f"warning: {len(out['shaping_unapplied'])} link end(s) of reference nodes not shaped as their "
+                   "class asks (--json shaping_unapplied; docs/interop.md, \"Shaping\")", err=True)
     if as_json:
         click.echo(json.dumps(out))
         return

@@ -47,6 +47,7 @@ class AbPlan:
     out: Path = Path("ab")
     experiment: str = ""
     image: str | None = None
+    pinecone_src: Path | None = None  # the reference to build the reference node from (an arm or node of pinecone)
 
     def spec(self, arm: str) -> VariantSpec:
         return self.a if arm == "a" else self.b
@@ -66,7 +67,8 @@ def _options(plan: AbPlan, seed: int, spec: VariantSpec, ab: dict[str, Any], rec
     """One arm's run: recorded at ``record`` (in process), or as a Docker run under ``OUT/runs``."""
     if plan.backend == "inproc":
         return ChaosOptions(seed=seed, variant=spec, ab=ab, record=record)
-    return ChaosOptions(backend=plan.backend, seed=seed, variant=spec, ab=ab, runs_dir=record.parent, image=plan.image)
+    return ChaosOptions(backend=plan.backend, seed=seed, variant=spec, ab=ab, runs_dir=record.parent, image=plan.image,
+                        pinecone_src=plan.pinecone_src)
 
 
 def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:

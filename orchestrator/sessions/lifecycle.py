@@ -21,6 +21,7 @@ from netem.plan import ShapingBackend
 from orchestrator.backends.docker_net import DEFAULT_POOL, DockerBackendError
 from orchestrator.backends.image_common import ImageError
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
+from orchestrator.model.hosting import reference_nodes
 from orchestrator.model.runs import RunDir, RunError, open_run, runs_root
 from orchestrator.model.topology import Topology
 from orchestrator.sessions.sim import config_from_topology, run_sim_sync
@@ -121,16 +122,18 @@ def up_inproc(topology: Topology, run: RunDir, *, seed: int, timeout_s: float) -
 def up_docker(topology: Topology, run: RunDir, *, seed: int, timeout_s: float, shaping: str, pool: str | None,
               image: str | None, workers: int, monitoring: bool = False, prometheus_image: str | None = None,
               host_timeout_s: float = DEFAULT_HOST_TIMEOUT_S, swarm: bool = False,
-              callbacks: UpCallbacks | None = None) -> DockerUp:
+              callbacks: UpCallbacks | None = None, pinecone_src: Path | None = None) -> DockerUp:
     """Bring ``topology`` up on this engine (or its swarm) as ``run`` and wait for convergence.
 
-    Builds (or reuses) the node image unless ``image`` is given; with ``monitoring``, the Prometheus image too,
-    and starts Prometheus once the run is up. Raises EngineUnreachable before anything is created when the engine
+    Builds (or reuses) the node image unless ``image`` is given, and the reference image (from the reference at
+    ``pinecone_src``, else the default) when a node's spec is ``pinecone``; with ``monitoring``, the Prometheus
+    image too, and starts Prometheus once the run is up. Raises EngineUnreachable before anything is created when the engine
     does not answer; UpError when the run could not be brought up (rolled back: the message says what went) or its
     monitoring could not start (the run stays up); KeyboardInterrupt after rolling back (see :func:`rolled_back`).
     """
     from orchestrator.backends.docker_session import choose_shaping, start_run
     from orchestrator.backends.image import build_node_image, build_prometheus_image
+    from orchestrator.backends.image_reference import build_reference_image
     from orchestrator.backends.swarm import SHAPING_WHY
 
     cb = callbacks or UpCallbacks()
@@ -140,12 +143,17 @@ def up_docker(topology: Topology, run: RunDir, *, seed: int, timeout_s: float, s
         if image is None:
             image = build_node_image(backend.client, progress=cb.image_line).tag
             cb.image_built(image)
+        reference_image = None
+        if reference_nodes(topology.variants()):
+            reference_image = build_reference_image(backend.client, pinecone_src=pinecone_src,
+                                                    progress=cb.image_line).tag  # fmt: skip
+            cb.image_built(reference_image)
         if monitoring and prometheus_image is None:
             prometheus_image = build_prometheus_image(backend.client)
         session, result, conv = start_run(topology, run, backend=backend, image=image, seed=seed,
                                           shaping=shaping_choice, timeout_s=timeout_s, progress=cb.phase,
                                           converge_progress=cb.converging, announce=cb.announce,
-                                          host_timeout_s=host_timeout_s)
+                                          host_timeout_s=host_timeout_s, reference_image=reference_image)
     except (DockerBackendError, ImageError, RunError) as exc:
         raise UpError(f"{exc}\n({rolled_back(run)})") from exc
     prometheus_url = None
@@ -159,7 +167,8 @@ def up_docker(topology: Topology, run: RunDir, *, seed: int, timeout_s: float, s
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topology.name, "backend": backend.name,
            "nodes": len(result.containers) + len(result.hosts),
            "host_nodes": {n: h.to_dict() for n, h in result.hosts.items()},
-           "links": len(result.plan.links), "image": image, "shaping_backend": result.shaping_backend,
+           "links": len(result.plan.links), "image": image, "reference_image": reference_image,
+           "shaping_backend": result.shaping_backend, "shaping_unapplied": run.meta().get("shaping_unapplied", []),
            "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
            "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url}
     return DockerUp(session, result, conv, out)
