@@ -48,7 +48,7 @@ LAZY_BOUNDARIES: dict[str, tuple[frozenset[str], str, str]] = {
         "(and the image build, which imports the SDK) loads for --backend docker or swarm",
     ),
     "pipeline.cli": (
-        frozenset({"pipeline.analysis", "pipeline.io"}),
+        frozenset({"pipeline.analysis", "pipeline.rundirs", "pipeline.session"}),
         "pyspark",
         "`snekbed analyze` is listed (and checks its run directories) in every install; Spark loads when it runs",
     ),
