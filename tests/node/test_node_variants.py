@@ -5,7 +5,6 @@ node reports its variant says the same thing."""
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest
