@@ -25,6 +25,7 @@ import trio.testing
 from contract.links import LinkShape, link_type_number
 from netem.userspace import shaper_factory
 from node.config import HostPort
+from node.core.state import MAX_PORTS
 from node.core.variants import VariantSpec
 from node.httpserve import serve_app
 from node.metrics import serve as serve_metrics
@@ -251,7 +252,7 @@ class _Sim:
             router = self.net.nodes[a].router
             if router.ping.start(self.net.nodes[b].key, now, mode=self.cfg.ping_mode):
                 sent.append((a, b, nx.shortest_path_length(g, a, b)))
-            self.net._flush(self.net.nodes[a])
+            self.net.flush(self.net.nodes[a])
         await self.net.run_until(now + PING_WAIT_S)
         delivered = 0
         samples = []
@@ -441,5 +442,5 @@ def refused_sentence(refused: list[dict]) -> str:
     """``N topology links were not made: a-b (ports_full at a), ...`` (the first ten, then a count)."""
     shown = ", ".join(f"{r['a']}-{r['b']} ({r['reason']} at {'/'.join(r['nodes']) or '?'})" for r in refused[:10])
     more = f" and {len(refused) - 10} more" if len(refused) > 10 else ""
-    return (f"{len(refused)} topology link{'s' if len(refused) > 1 else ''} not made (a router has 253 ports; "
+    return (f"{len(refused)} topology link{'s' if len(refused) > 1 else ''} not made (a router has {MAX_PORTS} ports; "
             f"the reference refuses the extra peerings too): {shown}{more}; all in --json links_refused")

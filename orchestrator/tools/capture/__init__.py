@@ -29,10 +29,21 @@ from node.core import wire
 from node.core.codec import HANDSHAKE_LEN
 from node.core.errors import MalformedFrame
 from node.core.payloads import decode_announcement, decode_legacy_path_payload, decode_signed_root_payload
-from node.core.types import Frame
+from node.core.types import Frame, FrameType, LegacyFrameType
+from node.core.variants import VARIANTS
 
 from orchestrator.backends.docker_links import link_endpoints
 from orchestrator.model.runs import RunDir
+
+# frame types by name (node.core.types), and the header's fields by offset (§4.1: magic, version, type, extra,
+# hop limit, length)
+_TREE, _BOOT, _TRAFFIC, _WAKEUP = (FrameType.TREE_ANNOUNCEMENT, FrameType.BOOTSTRAP, FrameType.TRAFFIC,
+                                   FrameType.WAKEUP_BROADCAST)
+_LEGACY_PATHS = (LegacyFrameType.LEGACY_BOOTSTRAP_ACK, LegacyFrameType.LEGACY_SETUP)
+_VERSION_AT, _HOP_LIMIT_AT, _LENGTH_AT = 4, 7, 8
+_PING_TYPE_AT = len(wire.PING_PREAMBLE)
+_HANDSHAKE_HEAD = wire.HANDSHAKE_VERSION.to_bytes(1, "big") + bytes(3)  # the version byte, three zero bytes
+_KNOWN_CAPABILITIES = frozenset(v.capabilities for v in VARIANTS.values())  # the ping payload (§8): preamble, type, u16 hop count
 
 __all__ = ["CaptureCheck", "CaptureError", "DISSECTOR", "TSHARK_ARGS", "capture_in_run", "capture_node",
            "check_capture", "dissector_path", "install_dissector"]
@@ -175,22 +186,22 @@ def _from_dissector(layer: dict[str, Any]) -> tuple:
             item[name.split(".")[1]] = _hexkey(layer[name])
     if "snek.watermark.seq" in layer:
         item["wm_seq"] = int(layer["snek.watermark.seq"])
-    if t == 1:
+    if t == _TREE:
         item["root"] = (_hexkey(layer["snek.ann.root_key"]), int(layer["snek.ann.root_seq"]))
         hops = _listify(layer.get("snek.ann.hop", []))
         item["hops"] = tuple((int(h["snek.ann.hop.port"]), _hexkey(h["snek.ann.hop.key"])) for h in hops)
-    elif t == 2:
+    elif t == _BOOT:
         item["seq"] = int(layer["snek.bootstrap.seq"])
         item["root"] = (_hexkey(layer["snek.bootstrap.root_key"]), int(layer["snek.bootstrap.root_seq"]))
-    elif t == 4:
+    elif t == _WAKEUP:
         item["seq"] = int(layer["snek.wakeup.seq"])
         item["root"] = (_hexkey(layer["snek.wakeup.root_key"]), int(layer["snek.wakeup.root_seq"]))
-    elif t == 3:
+    elif t == _TRAFFIC:
         item["coords"] = (layer["snek.dest_coords"], layer["snek.src_coords"])
         if "snek.ping" in layer:
             ping = layer["snek.ping"]
             item["ping"] = (int(ping["snek.ping.type"]), int(ping["snek.ping.hops"]))
-    elif t in (0xE1, 0xE2):
+    elif t in _LEGACY_PATHS:
         item["root"] = (_hexkey(layer["snek.legacy.root_key"]), int(layer["snek.legacy.root_seq"]))
         item["path_id"] = _hexkey(layer["snek.legacy.path_id"])
     return ("frame", tuple(sorted(item.items())))
@@ -202,27 +213,27 @@ def _coords(c: tuple[int, ...]) -> str:
 
 def _from_codec(raw: bytes, fr: Frame) -> tuple:
     t = fr.type
-    item: dict[str, Any] = {"type": t, "hop_limit": raw[7], "len": len(raw)}
-    if t in (2, 3, 0xE1, 0xE2):
+    item: dict[str, Any] = {"type": t, "hop_limit": raw[_HOP_LIMIT_AT], "len": len(raw)}
+    if t in (_BOOT, _TRAFFIC, *_LEGACY_PATHS):
         item["dest_key"] = fr.destination_key.hex()
-    if t in (3, 4, 0xE1, 0xE2):
+    if t in (_TRAFFIC, _WAKEUP, *_LEGACY_PATHS):
         item["src_key"] = fr.source_key.hex()
-    if t == 2 or (t == 3 and not fr.destination_coords):
+    if t == _BOOT or (t == _TRAFFIC and not fr.destination_coords):
         item["wm_seq"] = fr.watermark.seq
-    if t == 1:
+    if t == _TREE:
         a = decode_announcement(fr.payload)
         item["root"] = (a.root_key.hex(), a.root_seq)
         item["hops"] = tuple((h.port, h.key.hex()) for h in a.hops)
-    elif t in (2, 4):
+    elif t in (_BOOT, _WAKEUP):
         p = decode_signed_root_payload(fr.payload)
         item["seq"] = p.seq
         item["root"] = (p.root_key.hex(), p.root_seq)
-    elif t == 3:
+    elif t == _TRAFFIC:
         item["coords"] = (_coords(fr.destination_coords), _coords(fr.source_coords))
         pl = fr.payload
         if len(pl) >= wire.PING_LEN and pl[:8] == wire.PING_PREAMBLE:
-            item["ping"] = (pl[8], int.from_bytes(pl[9:11], "big"))
-    elif t in (0xE1, 0xE2):
+            item["ping"] = (pl[_PING_TYPE_AT], int.from_bytes(pl[_PING_TYPE_AT + 1 : _PING_TYPE_AT + 3], "big"))
+    elif t in _LEGACY_PATHS:
         p = decode_legacy_path_payload(fr.payload, t)
         item["root"] = (p.root_key.hex(), p.root_seq)
         item["path_id"] = p.path_id.hex()
@@ -231,13 +242,15 @@ def _from_codec(raw: bytes, fr: Frame) -> tuple:
 
 def _valid_header(data: bytes | bytearray, i: int) -> bool:
     """A frame header can start at ``i`` (the dissector's rule: magic, version 0, a length of at least 10)."""
-    return len(data) >= i + 10 and data[i : i + 4] == wire.FRAME_MAGIC and data[i + 4] == 0 and \
-        int.from_bytes(data[i + 8 : i + 10], "big") >= 10
+    return len(data) >= i + wire.HEADER_LEN and data[i : i + 4] == wire.FRAME_MAGIC and \
+        data[i + _VERSION_AT] == wire.FRAME_VERSION and \
+        int.from_bytes(data[i + _LENGTH_AT : i + _LENGTH_AT + 2], "big") >= wire.HEADER_LEN
 
 
 def _valid_handshake(data: bytes | bytearray, i: int) -> bool:
-    return len(data) >= i + 8 and data[i : i + 4] == b"\x01\0\0\0" and \
-        int.from_bytes(data[i + 4 : i + 8], "big") in (0x3B, 0x8000003B)
+    """A handshake can start at ``i`` (§3.2: its version, then capabilities some known variant advertises)."""
+    return len(data) >= i + 8 and data[i : i + 4] == _HANDSHAKE_HEAD and \
+        int.from_bytes(data[i + 4 : i + 8], "big") in _KNOWN_CAPABILITIES
 
 
 def _first_pdu(data: bytes, bounds: list[tuple[int, int]]) -> int | None:

@@ -38,7 +38,7 @@ async def test_bluetooth_link_rtt_matches_its_class(autojump_clock) -> None:
     rtts = []
     for _ in range(60):
         assert a.ping.start(b.key, net.now, mode="snek")
-        net._flush(net.nodes["a"])
+        net.flush(net.nodes["a"])
         await net.run_until(net.now + 1.0)
         res = net.nodes["a"].ping_results.pop()
         assert res.received
@@ -70,7 +70,7 @@ async def test_bluetooth_link_rate_matches_its_class(autojump_clock) -> None:
     t0 = net.now
     for _ in range(n):
         a.send_traffic(b.key, payload, t0)
-    net._flush(net.nodes["a"])
+    net.flush(net.nodes["a"])
     await net.run_until(t0 + 5.0)
     assert len(got_at) == n
     size = len(wire.encode_frame(Frame(FrameType.TRAFFIC, destination_key=b.key, source_key=a.key,
@@ -89,7 +89,7 @@ async def test_next_hop_prefers_the_faster_link_class(autojump_clock) -> None:
     assert net.nodes["a"].ends[nh.port].link_class == "lan"
     # and traffic really takes it: RTT is LAN-like, far below the bluetooth class's 2 x 30 ms
     assert a.ping.start(b.key, net.now, mode="snek")
-    net._flush(net.nodes["a"])
+    net.flush(net.nodes["a"])
     await net.run_until(net.now + 1.0)
     res = net.nodes["a"].ping_results.pop()
     assert res.received and res.rtt_s * 1000 < 5.0, res
