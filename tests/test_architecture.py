@@ -332,3 +332,20 @@ def test_the_architecture_page_shows_the_import_graph() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert page.lstrip().startswith("# Architecture") and page.index("```mermaid") < page.index("\n## ")
+
+
+#: the in-process network's own mechanics (its event heap, frame constant, links); only its module touches them
+INPROC_PRIVATE = re.compile(r"\b_heap\b|\b_FRAME\b|\bnet\._\w+")
+
+
+def test_only_the_in_process_network_touches_its_private_mechanics() -> None:
+    """Chaos, sessions and tools drive InprocNetwork through its public methods (hold, release, drop_peerings,
+    reshape, flush, ...): nothing outside orchestrator/backends/inproc.py reads its heap or private names."""
+    found = []
+    for path in sorted((REPO / "orchestrator").rglob("*.py")):
+        if path == REPO / "orchestrator" / "backends" / "inproc.py":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if INPROC_PRIVATE.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
