@@ -220,13 +220,14 @@ AB_META_SCHEMA = StructType(
 )
 
 #: One row per A/B run and its metrics (pipeline.jobs.ab.ab_runs); ``reconv_<tree|snake>_<kind>_s``
-#: per episode kind (action), null where the run has no such episode or one never converged.
+#: per episode kind (action), null where the run has no such episode or one never converged; ``censored``: JSON
+#: {metric: seconds watched} of the time metrics left null because an episode never converged.
 AB_RUNS_SCHEMA = StructType(
     _s(("run_id", S), ("experiment", S), ("arm", S), ("seed", L), ("spec", S), ("variants", S),
        ("start_tree_s", D), ("start_snake_s", D))
     + _s(*[(f"reconv_{kind}_{action}_s", D) for action in EPISODE_ACTIONS for kind in ("tree", "snake")])
     + _s(("episodes_unconverged", L), ("pings_disrupted", L), ("delivery_disrupted", D), ("delivery_ratio", D),
-         ("stretch_median", D), ("control_bytes_per_node_s", D), ("internal_errors", L))
+         ("stretch_median", D), ("control_bytes_per_node_s", D), ("internal_errors", L), ("censored", S))
 )
 
 #: One row per A/B experiment and metric: both arms' spread over the paired seeds, the paired
@@ -236,5 +237,6 @@ AB_SCHEMA = StructType(
         ("experiment", S), ("metric", S), ("better_when", S), ("a_spec", S), ("b_spec", S), ("n_pairs", L),
         ("a_median", D), ("a_p25", D), ("a_p75", D), ("b_median", D), ("b_p25", D), ("b_p75", D),
         ("diff", D), ("ci_low", D), ("ci_high", D), ("p_value", D), ("significant", B), ("better", S),
+        ("n_censored", L), ("n_dropped", L),
     )
 )

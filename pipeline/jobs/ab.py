@@ -20,10 +20,27 @@ schedule. Each run's meta.json ``ab`` names its experiment, arm and seed (docs/r
 * ``internal_errors``: bugs caught at a peer boundary, as far as the run records them: event lines
   whose ``reason`` is ``internal_error`` (a ``peer_down``, or a ``frame_dropped`` counting ``count``),
   plus meta.json ``observer.internal_errors`` (a number, or {node: number}) when a recorder read
-  the nodes' counters; 0 when there are none.
+  the nodes' counters; 0 when there are none;
+* ``censored`` (not compared): a JSON object {metric: seconds} for every time metric the run left
+  null because an episode never converged: the time up to which it was watched and had not converged
+  (the episode's horizon, from its fault to the next episode or the run's last event; for a
+  ``reconv_*`` metric the maximum over its episodes of the converged time or, where one never
+  converged, that episode's horizon). The metric is then known to be at least that long.
 
 ``summarize`` (driver, plain Python and numpy; an experiment has a few dozen rows): per experiment
-and metric, the arms are paired by seed (a seed with the metric null in either arm is left out):
+and metric, the arms are paired by seed. A pair where an arm never converged is **counted, censored**
+(not left out: leaving it out keeps only the seeds where the failing arm did converge, which flatters
+that arm): both values of the pair are restricted to the pair's horizon ``tau`` (the smaller censoring
+time of its censored arms): an arm that never converged counts as ``tau``, an arm that converged
+counts as its time, or ``tau`` if it took longer. That is the paired difference of *restricted* means
+(min(T, tau)), a standard estimand for censored times: it is known exactly from what was observed,
+its sign is the known order of the two arms (0 when neither converged within ``tau``), and since
+``tau`` is a symmetric function of the pair, swapping the arms' labels swaps the restricted values:
+under "no difference" the sign-flip test below stays exact. It understates the failing arm's true
+excess (its time is at least ``tau``), so a censored pair can only weaken, never invent, a
+difference in its favour. ``n_censored`` counts such pairs, ``censored`` names their seeds per arm.
+A seed with the metric null in an arm for another reason (no episode of that kind, no pings in
+disruption) is left out (``n_dropped``, ``dropped``):
 
 * ``a``, ``b``: {median, p25, p75} of each arm over the paired seeds (linear interpolation);
 * ``diff``: the **mean** of the per-seed differences b - a (a difference within 1e-9 of the values'
@@ -49,9 +66,11 @@ and metric, the arms are paired by seed (a seed with the metric null in either a
   differences at N = 20, 90 % at N = 8), so its false alarms exceed 5 %; a sign-test interval of
   the median is exact but, as above, blind to effects that leave some seeds unchanged. The
   sign-flip distribution is enumerated exactly up to :data:`EXACT_PAIRS` pairs (2^n sign vectors)
-  and drawn beyond, :data:`DRAWS` vectors from a fixed seed: the result is reproducible. With
-  fewer than 6 pairs no shift can be rejected at 5 % (the smallest p is 2 / 2^n > 0.05): the
-  interval is unbounded (``ci_low``/``ci_high`` null) and nothing is significant;
+  and drawn beyond, :data:`DRAWS` vectors from a fixed seed: the result is reproducible. The
+  smallest p the test can give with n pairs is 2 / 2^n (:func:`min_p_value`: every difference the
+  same sign); with fewer than :func:`min_pairs` pairs (6 at 5 %) no shift can be rejected: the
+  interval is unbounded (``ci_low``/``ci_high`` null) and nothing is significant. ``snekbed ab``
+  says so before it runs (:func:`power_warnings`);
 * ``p_value``: the test's p for a shift of 0; ``significant``: the interval excludes 0;
 * ``better``: ``"a"`` or ``"b"`` when significant, by the metric's direction (lower is better for
   times, counts, bytes and stretch, higher for delivery), else None.
@@ -60,13 +79,14 @@ and metric, the arms are paired by seed (a seed with the metric null in either a
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.errors import JobInputError
@@ -74,7 +94,8 @@ from pipeline.schemas import AB_RUNS_SCHEMA, EPISODE_ACTIONS
 
 __all__ = [
     "CONFIDENCE", "EXACT_PAIRS", "DRAWS", "MIN_PAIRS", "Metric", "METRICS", "INFO_COLUMNS", "Interval", "ab_runs",
-    "spread", "interval", "compare_metric", "summarize", "summary_rows", "summary_text",
+    "spread", "interval", "compare_metric", "summarize", "summary_rows", "summary_text", "min_p_value", "min_pairs",
+    "power_warnings", "censored_pair",
 ]
 
 CONFIDENCE = 0.95
@@ -116,7 +137,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("internal_errors", True, "internal errors recorded"),
 )
 #: The columns of ``ab_runs`` that are not compared.
-INFO_COLUMNS = ("run_id", "experiment", "arm", "seed", "spec", "variants", "pings_disrupted")
+INFO_COLUMNS = ("run_id", "experiment", "arm", "seed", "spec", "variants", "pings_disrupted", "censored")
 
 
 # --------------------------------------------------------------------------- per-run metrics (Spark)
@@ -136,6 +157,27 @@ def _reconv(kind: str, action: str) -> Column:
     return F.when(unconverged > 0, F.lit(None).cast("double")).otherwise(F.max(F.when(mine, value)))
 
 
+def _censoring(convergence: DataFrame, events: DataFrame) -> DataFrame:
+    """(run_id, censored): per run, the JSON object {time metric: seconds watched without converging} of the
+    time metrics an unconverged episode left null (module doc). An episode's horizon runs from its fault to
+    the next episode's, or to the run's last event."""
+    end = events.groupBy("run_id").agg(F.max("mono_s").alias("_end_s"))
+    nxt = F.lead("t0_s").over(Window.partitionBy("run_id").orderBy("episode"))
+    conv = convergence.join(end, "run_id", "left").withColumn(
+        "_horizon_s", F.coalesce(nxt, F.col("_end_s")) - F.col("t0_s"))
+    ep, horizon = F.col("episode"), F.col("_horizon_s")
+    levels = []
+    for kind in ("tree", "snake"):
+        value = F.col(f"{kind}_converged_s")
+        levels.append(F.max(F.when((ep == 0) & value.isNull(), horizon)).alias(f"start_{kind}_s"))
+        for action in EPISODE_ACTIONS:
+            mine = F.col("action") == action
+            unconverged = F.sum((mine & value.isNull()).cast("long"))
+            levels.append(F.when(unconverged > 0, F.max(F.when(mine, F.coalesce(value, horizon))))
+                          .alias(f"reconv_{kind}_{action}_s"))
+    return conv.groupBy("run_id").agg(F.to_json(F.struct(*levels)).alias("censored"))
+
+
 def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, control: DataFrame,
             events: DataFrame) -> DataFrame:  # fmt: skip
     """ab_meta (AB_META_SCHEMA), convergence (CONVERGENCE_SCHEMA), enriched pings (PINGS_ENRICHED_SCHEMA),
@@ -145,7 +187,8 @@ def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, con
     _need(ab_meta, ("run_id", "experiment", "arm", "seed", "spec", "variants", "observer_internal_errors"), "ab_meta")
     _need(convergence, ("run_id", "episode", "action", "tree_converged_s", "snake_converged_s"), "convergence")
     _need(enriched, ("run_id", "episode", "received", "stretch"), "enriched pings")
-    _need(events, ("run_id", "event", "reason", "count"), "events")
+    _need(events, ("run_id", "event", "reason", "count", "mono_s"), "events")
+    _need(convergence, ("t0_s",), "convergence")
     ep = F.col("episode")
     conv = convergence.groupBy("run_id").agg(
         F.max(F.when(ep == 0, F.col("tree_converged_s"))).alias("start_tree_s"),
@@ -166,7 +209,7 @@ def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, con
         F.sum(F.when(F.col("event") == "frame_dropped", F.col("count")).otherwise(F.lit(1))).alias("_event_errors"))
     joined = (ab_meta.join(conv, "run_id", "left").join(pings, "run_id", "left")
               .join(control.select("run_id", "control_bytes_per_node_s"), "run_id", "left")
-              .join(errors, "run_id", "left"))  # fmt: skip
+              .join(errors, "run_id", "left").join(_censoring(convergence, events), "run_id", "left"))  # fmt: skip
     n_disrupted = F.coalesce(F.col("pings_disrupted"), F.lit(0))
     cols = {
         "delivery_disrupted": F.when(n_disrupted > 0, F.col("_received_disrupted") / n_disrupted),
@@ -174,6 +217,7 @@ def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, con
         "episodes_unconverged": F.col("episodes_unconverged"),
         "internal_errors": F.coalesce(F.col("_event_errors"), F.lit(0))
         + F.coalesce(F.col("observer_internal_errors"), F.lit(0)),
+        "censored": F.coalesce(F.col("censored"), F.lit("{}")),
     }
     return joined.select(
         *[cols[f.name].cast(f.dataType).alias(f.name) if f.name in cols else F.col(f.name).cast(f.dataType)
@@ -216,6 +260,35 @@ def _p_value(d: np.ndarray, delta: float, signs: np.ndarray) -> float:
     t = abs(float(x.sum()))
     tol = 1e-9 * (t + float(np.abs(x).sum()) + 1e-300)  # sums that tie the observed one count as extreme
     return float((np.abs(signs @ x) >= t - tol).mean())
+
+
+def min_p_value(n: int) -> float:
+    """The smallest two-sided p the sign-flip test can give with ``n`` pairs: 2 / 2^n (the observed signs and
+    their mirror image; beyond :data:`EXACT_PAIRS`, where sign vectors are drawn, not below 1 / DRAWS)."""
+    if n <= 0:
+        return 1.0
+    return min(1.0, 2.0 / 2.0**n) if n <= EXACT_PAIRS else max(2.0 / 2.0**n, 1.0 / DRAWS)
+
+
+def min_pairs(alpha: float) -> int | None:
+    """The fewest pairs with which the test can reach ``p <= alpha`` (None: no number can)."""
+    return next((n for n in range(1, 64) if min_p_value(n) <= alpha), None)
+
+
+def power_warnings(n: int, alpha: float) -> list[str]:
+    """What ``n`` pairs cannot conclude at level ``alpha``, said before an experiment runs (empty: nothing)."""
+    need, p = min_pairs(alpha), min_p_value(n)
+    test = "the exact paired sign-flip test"
+    if p > alpha:
+        more = f"; use --seeds {need} or more" if need is not None else ""
+        return [f"{n} seed(s) give {n} pair(s): {test} cannot reach p <= {alpha:g} with {n} pairs (its smallest "
+                f"two-sided p is 2/2^{n} = {p:.4g}), so every interval will be unbounded and no metric significant"
+                f"{more}"]
+    if 2 * p > alpha:
+        return [f"{n} seeds give {n} pairs: {test} reaches p <= {alpha:g} only when every seed moves the same way "
+                f"(its two smallest p are {p:.4g} and {2 * p:.4g}); a pair left out or censored as a tie can cost "
+                f"the result"]
+    return []
 
 
 @dataclass(frozen=True)
@@ -266,7 +339,7 @@ def interval(diffs: Sequence[float], confidence: float = CONFIDENCE) -> Interval
     alpha = 1.0 - confidence
     mean = float(d.mean())
     signs = _signs(len(d))
-    if len(d) < MIN_PAIRS:
+    if min_p_value(len(d)) > alpha:  # no shift can be rejected
         return Interval(mean, None, None, _p_value(d, 0.0, signs), False)
     if np.all(d == d[0]):  # every shift but d[0] is rejected: the exact interval is the point
         low = high = float(d[0])
@@ -288,15 +361,50 @@ def _difference(a: float, b: float) -> float:
     return 0.0 if abs(d) <= NOISE * max(abs(a), abs(b)) else d
 
 
-def compare_metric(metric: Metric, pairs: Sequence[tuple[int, float, float]]) -> dict:
-    """One metric of one experiment: ``pairs`` of (seed, a value, b value) -> the JSON object of the metric."""
+def _censored_at(row: Mapping) -> dict[str, float]:
+    """A run's ``censored`` column as {metric: seconds} (absent or empty: {})."""
+    text = row.get("censored")
+    return {k: float(v) for k, v in json.loads(text).items() if v is not None} if text else {}
+
+
+def censored_pair(name: str, a: Mapping, b: Mapping) -> tuple[float, float, str] | None:
+    """Arm a's and arm b's value of metric ``name`` for the paired test, and which arms were censored (``""``,
+    ``"a"``, ``"b"`` or ``"ab"``); None when a value is missing for another reason than censoring.
+
+    A censored value (null, with the seconds it was watched in ``censored``) counts: both values are
+    restricted to the pair's horizon tau, the smaller censoring time (module doc)."""
+    values: list[float | None] = []
+    levels: list[float | None] = []
+    for row in (a, b):
+        v = row.get(name)
+        level = None if v is not None else _censored_at(row).get(name)
+        if v is None and level is None:
+            return None
+        values.append(None if v is None else float(v))
+        levels.append(level)
+    cut = [c for c in levels if c is not None]
+    if not cut:
+        return values[0], values[1], ""  # type: ignore[return-value]
+    tau = min(cut)
+    va, vb = (tau if v is None else min(v, tau) for v in values)
+    return va, vb, "".join(arm for arm, c in zip("ab", levels) if c is not None)
+
+
+def compare_metric(metric: Metric, pairs: Sequence[tuple[int, float, float]],
+                   censored: Mapping[str, Sequence[int]] | None = None, dropped: Sequence[int] = (),
+                   confidence: float = CONFIDENCE) -> dict:  # fmt: skip
+    """One metric of one experiment: ``pairs`` of (seed, a value, b value) -> the JSON object of the metric.
+
+    ``censored``: {"a": seeds, "b": seeds} whose arm never converged (its value in ``pairs`` is already the
+    restricted one, :func:`censored_pair`); ``dropped``: the paired seeds left out (no value, not censored)."""
     a = [p[1] for p in pairs]
     b = [p[2] for p in pairs]
-    iv = interval([_difference(x, y) for x, y in zip(a, b)])
+    iv = interval([_difference(x, y) for x, y in zip(a, b)], confidence)
     better = None
     if iv is not None and iv.significant:
         b_higher = iv.ci_low is not None and iv.ci_low > 0
         better = ("a" if b_higher else "b") if metric.lower_is_better else ("b" if b_higher else "a")
+    cens = {arm: sorted((censored or {}).get(arm, ())) for arm in ("a", "b")}
     return {
         "n_pairs": len(pairs),
         "a": spread(a),
@@ -309,17 +417,39 @@ def compare_metric(metric: Metric, pairs: Sequence[tuple[int, float, float]]) ->
         "better": better,
         "better_when": metric.better_when,
         "pairs": [[p[0], p[1], p[2]] for p in pairs],
+        "n_censored": len(set(cens["a"]) | set(cens["b"])),
+        "censored": cens,
+        "n_dropped": len(dropped),
+        "dropped": sorted(dropped),
     }
 
 
-def summarize(rows: Iterable[Mapping]) -> dict[str, dict]:
+def _metric_of(m: Metric, arms: Mapping[str, Mapping[int, Mapping]], seeds: Sequence[int],
+               confidence: float) -> dict:  # fmt: skip
+    """``compare_metric`` over the paired seeds, censored pairs counted (module doc)."""
+    pairs: list[tuple[int, float, float]] = []
+    censored: dict[str, list[int]] = {"a": [], "b": []}
+    dropped: list[int] = []
+    for s in seeds:
+        got = censored_pair(m.name, arms["a"][s], arms["b"][s])
+        if got is None:
+            dropped.append(s)
+            continue
+        pairs.append((s, got[0], got[1]))
+        for arm in got[2]:
+            censored[arm].append(s)
+    return compare_metric(m, pairs, censored, dropped, confidence)
+
+
+def summarize(rows: Iterable[Mapping], confidence: float = CONFIDENCE) -> dict[str, dict]:
     """``ab_runs`` rows -> the A/B document: experiment -> {"a": spec, "b": spec, "seeds": paired seeds,
     "runs": {"a": [run_id...], "b": [...]}, "unpaired_seeds": [...], "confidence", "metrics": {name: object}},
     each metric's object as ``compare_metric`` makes it: n_pairs, a, b, diff, ci_low, ci_high, p_value,
-    significant, better, better_when and ``pairs`` ([seed, a value, b value] per paired seed).
+    significant, better, better_when, ``pairs`` ([seed, a value, b value] per paired seed, censored values
+    restricted), n_censored, censored, n_dropped and dropped.
 
-    A metric is listed when some run of the experiment has a value for it. Raises JobInputError for
-    two runs in one (experiment, arm, seed)."""
+    A metric is listed when some run of the experiment has a value for it or was censored on it. Raises
+    JobInputError for two runs in one (experiment, arm, seed)."""
     by_exp: dict[str, dict[str, dict[int, Mapping]]] = {}
     for r in rows:
         arms = by_exp.setdefault(r["experiment"], {"a": {}, "b": {}})
@@ -333,18 +463,17 @@ def summarize(rows: Iterable[Mapping]) -> dict[str, dict]:
         seeds = sorted(set(arms["a"]) & set(arms["b"]))
         metrics = {}
         for m in METRICS:
-            if all(r.get(m.name) is None for arm in arms.values() for r in arm.values()):
+            runs = [r for arm in arms.values() for r in arm.values()]
+            if all(r.get(m.name) is None and m.name not in _censored_at(r) for r in runs):
                 continue
-            pairs = [(s, float(arms["a"][s][m.name]), float(arms["b"][s][m.name])) for s in seeds
-                     if arms["a"][s].get(m.name) is not None and arms["b"][s].get(m.name) is not None]
-            metrics[m.name] = compare_metric(m, pairs)
+            metrics[m.name] = _metric_of(m, arms, seeds, confidence)
         doc[exp] = {
             "a": next((r["spec"] for r in arms["a"].values()), None),
             "b": next((r["spec"] for r in arms["b"].values()), None),
             "seeds": len(seeds),
             "unpaired_seeds": sorted(set(arms["a"]) ^ set(arms["b"])),
             "runs": {arm: [arms[arm][s]["run_id"] for s in sorted(arms[arm])] for arm in ("a", "b")},
-            "confidence": CONFIDENCE,
+            "confidence": confidence,
             "metrics": metrics,
         }
     return doc
@@ -358,7 +487,7 @@ def summary_rows(doc: Mapping[str, Mapping]) -> list[tuple]:
             out.append((exp, name, m["better_when"], e["a"], e["b"], m["n_pairs"],
                         m["a"]["median"], m["a"]["p25"], m["a"]["p75"], m["b"]["median"], m["b"]["p25"],
                         m["b"]["p75"], m["diff"], m["ci_low"], m["ci_high"], m["p_value"], m["significant"],
-                        m["better"]))  # fmt: skip
+                        m["better"], m.get("n_censored", 0), m.get("n_dropped", 0)))  # fmt: skip
     return out
 
 
@@ -371,12 +500,13 @@ def summary_text(doc: Mapping[str, Mapping]) -> str:
     lines = []
     for exp, e in doc.items():
         lines.append(f"experiment {exp}: a = {e['a']}, b = {e['b']}, {e['seeds']} paired seed(s)")
-        lines.append(f"  {'metric':<30} {'n':>3} {'a median [p25, p75]':>26} {'b median [p25, p75]':>26} "
-                     f"{'b - a (mean) [95% CI]':>30}  better")
+        conf = f"{100 * e.get('confidence', CONFIDENCE):.3g}% CI"
+        lines.append(f"  {'metric':<30} {'n':>3} {'cens':>4} {'a median [p25, p75]':>26} {'b median [p25, p75]':>26} "
+                     f"{'b - a (mean) [' + conf + ']':>30}  better")
         for name, m in e["metrics"].items():
             a, b = m["a"], m["b"]
             ci = f"{_num(m['diff'])} [{_num(m['ci_low'])}, {_num(m['ci_high'])}]"
-            lines.append(f"  {name:<30} {m['n_pairs']:>3} "
+            lines.append(f"  {name:<30} {m['n_pairs']:>3} {m.get('n_censored', 0):>4} "
                          f"{_num(a['median']) + ' [' + _num(a['p25']) + ', ' + _num(a['p75']) + ']':>26} "
                          f"{_num(b['median']) + ' [' + _num(b['p25']) + ', ' + _num(b['p75']) + ']':>26} "
                          f"{ci:>30}{' *' if m['significant'] else '  '} {m['better'] or '-'}")  # fmt: skip

@@ -229,3 +229,101 @@ def test_table_rows_and_text_follow_the_document():
 
 def test_every_ab_runs_column_is_a_metric_or_described():
     assert sorted(m.name for m in ab.METRICS) == sorted(set(AB_RUNS_SCHEMA.fieldNames()) - set(ab.INFO_COLUMNS))
+
+
+# --------------------------------------------------------------------------- what N pairs can conclude
+
+
+def test_the_smallest_p_and_the_fewest_pairs():
+    assert ab.min_p_value(5) == 2 / 32 and ab.min_p_value(6) == 2 / 64 and ab.min_p_value(0) == 1.0
+    assert ab.min_pairs(0.05) == ab.MIN_PAIRS == 6 and ab.min_pairs(0.01) == 8 and ab.min_pairs(0.1) == 5
+    assert ab.min_p_value(30) == 1 / ab.DRAWS  # drawn sign vectors: no p below one draw
+    assert ab.min_pairs(1e-6) is None
+
+
+def test_five_pairs_are_warned_about_six_are_noted_twenty_are_not():
+    [five] = ab.power_warnings(5, 0.05)
+    assert "cannot reach p <= 0.05" in five and "2/2^5 = 0.0625" in five and "--seeds 6" in five, five
+    [six] = ab.power_warnings(6, 0.05)
+    assert "only when every seed moves the same way" in six, six
+    assert ab.power_warnings(20, 0.05) == [] and ab.power_warnings(8, 0.05) == []
+    assert "--seeds 8" in ab.power_warnings(7, 0.01)[0]
+
+
+def test_the_interval_follows_the_level():
+    d = [1.0, 1.2, 0.9, 1.1, 1.3, 0.8, 1.05]  # seven pairs all one way: p = 2/128
+    assert ab.interval(d).significant
+    iv = ab.interval(d, confidence=0.99)  # 2/128 > 0.01: unbounded
+    assert (iv.ci_low, iv.ci_high, iv.significant) == (None, None, False)
+    m = ab.summarize(_experiment("lvl", 7, lambda s: {"start_tree_s": 1.0}, lambda s: {"start_tree_s": 1.0 + d[s]}),
+                     confidence=0.99)["lvl"]
+    assert m["confidence"] == 0.99 and not m["metrics"]["start_tree_s"]["significant"]
+
+
+# --------------------------------------------------------------------------- censored pairs
+
+
+def _censored(seconds: dict[str, float]) -> str:
+    return json.dumps(seconds)
+
+
+def test_a_pair_whose_arm_never_converged_counts_censored():
+    # arm b re-converges in seeds 0-2 and never in seeds 3-7 (watched 60 s); arm a always, in about 5 s
+    def b_of(s):
+        if s < 3:
+            return {"reconv_snake_kill_s": 6.0 + 0.1 * s}
+        return {"reconv_snake_kill_s": None, "censored": _censored({"reconv_snake_kill_s": 60.0})}
+
+    rows = _experiment("cens", 8, lambda s: {"reconv_snake_kill_s": 5.0 + 0.1 * s}, b_of)
+    m = ab.summarize(rows)["cens"]["metrics"]["reconv_snake_kill_s"]
+    assert m["n_pairs"] == 8 and m["n_censored"] == 5 and m["n_dropped"] == 0, m
+    assert m["censored"] == {"a": [], "b": [3, 4, 5, 6, 7]}
+    assert m["pairs"][3] == [3, 5.3, 60.0]  # the arm that never converged counts as its horizon
+    assert m["significant"] and m["better"] == "a" and m["ci_low"] > 0 and m["p_value"] == 2 / 256
+    # dropping them (as before) would leave 3 pairs, where nothing can be concluded
+    kept = [p for p in m["pairs"] if p[0] < 3]
+    assert ab.interval([b - a for _, a, b in kept]).ci_low is None
+
+
+def test_restricted_to_the_pairs_horizon():
+    both = {"reconv_snake_heal_s": None}
+    rows = [
+        # both never converged: a tie at the shorter horizon
+        _row("h", "a", 0, **both, censored=_censored({"reconv_snake_heal_s": 40.0})),
+        _row("h", "b", 0, **both, censored=_censored({"reconv_snake_heal_s": 30.0})),
+        # b converged after a's horizon: neither had converged within it, a tie
+        _row("h", "a", 1, **both, censored=_censored({"reconv_snake_heal_s": 20.0})),
+        _row("h", "b", 1, reconv_snake_heal_s=25.0),
+        # a converged before b's horizon: the known order, b - a = 20 - 4
+        _row("h", "a", 2, reconv_snake_heal_s=4.0),
+        _row("h", "b", 2, **both, censored=_censored({"reconv_snake_heal_s": 20.0})),
+        # no value and no censoring (no such episode in a): left out, named
+        _row("h", "a", 3, **both), _row("h", "b", 3, reconv_snake_heal_s=3.0),
+    ]  # fmt: skip
+    m = ab.summarize(rows)["h"]["metrics"]["reconv_snake_heal_s"]
+    assert m["pairs"] == [[0, 30.0, 30.0], [1, 20.0, 20.0], [2, 4.0, 20.0]]
+    assert (m["n_pairs"], m["n_censored"], m["censored"]) == (3, 3, {"a": [0, 1], "b": [0, 2]})
+    assert (m["n_dropped"], m["dropped"]) == (1, [3])
+    assert ab.censored_pair("reconv_snake_heal_s", rows[4], rows[5]) == (4.0, 20.0, "b")
+    [row] = [r for r in ab.summary_rows(ab.summarize(rows)) if r[1] == "reconv_snake_heal_s"]
+    assert dict(zip(AB_SCHEMA.fieldNames(), row))["n_censored"] == 3
+
+
+def test_censoring_keeps_the_test_exact_when_the_arms_do_not_differ():
+    # both arms draw from one distribution of times, watched for a horizon that varies per run: false alarms <= 5 %
+    rng = np.random.default_rng(17)
+
+    def arm(seed: int) -> dict:
+        t, horizon = rng.lognormal(2.0, 0.8), rng.uniform(8.0, 20.0)
+        if t <= horizon:
+            return {"reconv_snake_kill_s": t}
+        return {"reconv_snake_kill_s": None, "censored": _censored({"reconv_snake_kill_s": horizon})}
+
+    alarms = censored = 0
+    for i in range(200):
+        m = ab.summarize(_experiment(f"e{i}", 12, arm, arm))[f"e{i}"]["metrics"]["reconv_snake_kill_s"]
+        alarms += m["significant"]
+        censored += m["n_censored"]
+        assert m["n_pairs"] == 12
+    assert censored > 200  # censoring is common here
+    assert alarms / 200 <= 0.07, alarms
