@@ -171,7 +171,7 @@ def load_inputs(scenario: str, topology_path: Path | None) -> tuple[Scenario, To
     """The scenario (a file or a shipped name) and the topology (optional for a sequence that builds its network);
     ScenarioError or TopologyError names the file, the line and the field."""
     topology = load_topology(topology_path) if topology_path is not None else None
-    sc = load_scenario(resolve_scenario(scenario))
+    sc = load_scenario(resolve_scenario(scenario), topology)  # every node a step names looked up in it
     require_topology(sc, topology, scenario)
     return sc, topology
 

@@ -108,7 +108,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
         elif scenario is None:
             raise click.UsageError("give a SCENARIO (a file or a shipped name: --list) or --random N")
         else:
-            sc = load_scenario(resolve_scenario(scenario))
+            sc = load_scenario(resolve_scenario(scenario), topology)  # every node a step names looked up now
         require_topology(sc, topology, scenario)
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -116,7 +116,7 @@ def test_reference_sequence_translates_every_command(tmp_path) -> None:
     assert s.builds_network and s.traffic is None
     actions = [st.action for st in s.steps]
     assert actions == ["note", "remove_node", "join", "join", "join", "adversary", "adversary", "traffic", "traffic",
-                       "link_down", "note", "note"]
+                       "link_down", "note", "note", "check"]  # the end of a sequence is judged (docs/chaos.md)
     adv = s.steps[5]
     assert adv.after_s == 1.5 and adv.target == "Mallory" and adv.peer is None
     assert adv.drop == {"all": 0, "keepalive": 0, "tree_announcement": 0, "bootstrap": 100, "wakeup_broadcast": 100,
