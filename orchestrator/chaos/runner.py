@@ -34,6 +34,7 @@ from orchestrator.chaos.checker import Invariant, NodeState, PingOutcome, Reconv
 from orchestrator.chaos.apply import StepApplier
 from orchestrator.chaos.scenario import AnyStep, Check, Scenario, Wait
 from orchestrator.chaos.targets import TargetError, sample_pairs
+from orchestrator.chaos.window import wait_and_settle
 
 __all__ = ["ActionHook", "ChaosRun", "run_scenario", "sample_pairs"]  # sample_pairs: orchestrator.chaos.targets
 
@@ -93,11 +94,13 @@ class ChaosRun:
         if sc.traffic is not None:
             self._traffic_on(sc.traffic.rate_per_s, sc.traffic.pairs)
         bounds: list[float] = []
+        carry = 0.0  # a deadline check's time (window.py): the next step's after_s counted from the fault
         for i, step in enumerate(sc.steps):
-            if step.after_s:
-                await b.sleep(step.after_s)
+            if step.after_s > carry:
+                await b.sleep(step.after_s - carry)
             rec = await self._step(i, step)
             bounds.append(rec.pop("_bound", math.nan))
+            carry = rec.pop("_check_s", 0.0)
             if self.metrics is not None and not isinstance(step, (Wait, Check)) and rec.get("invariants"):
                 self.metrics.episode(rec.get("tree_converged_s"), rec.get("snake_converged_s"))
             self.steps.append(rec)
@@ -177,27 +180,29 @@ class ChaosRun:
             if not conv.converged:
                 rec["detail"] = f"not converged within {step.within_s:g} s"
         elif step.wants_check():
-            conv = await b.wait_converged(fault_end, bound)
             settle = self.scenario.settle_s if step.settle_s is None else step.settle_s
-            if settle:
-                await b.sleep(settle)
+            modes = self.scenario.traffic.modes if self.scenario.traffic is not None else ("snek", "tree")
+            conv, window = await wait_and_settle(b, step, bound, settle, fault_end, len(modes))
             graph = b.live_graph()
             states = await b.states()
             t_read = b.now()
-            modes = self.scenario.traffic.modes if self.scenario.traffic is not None else ("snek", "tree")
             pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)
-            pings = await b.ping(pairs, modes, 5.0)
+            timeout = window.ping_timeout_s(5.0, len(modes))
+            pings = await b.ping(pairs, modes, timeout) if timeout is not None else []
             reconv = None
-            if not isinstance(step, Check):
+            if not isinstance(step, Check) or step.reconvergence:
                 reconv = Reconvergence(conv.tree_s, conv.snake_s, bound)
             inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
                            expect=step.expect)  # fmt: skip
             transient = [n for n in TRANSIENT_INVARIANTS if not inv[n].ok and inv[n].expected]
             others_ok = all(v.ok for k, v in inv.items() if k not in TRANSIENT_INVARIANTS)
-            if transient and others_ok:
+            if transient and others_ok and not window.cut_short:
                 inv = await self._recheck(step, inv, transient, (graph, states, t_read), pings, errors_before, reconv)  # fmt: skip
                 rec["transient"] = [n for n in transient if inv[n].ok]
                 graph, states = b.live_graph(), await b.states()
+            inv = window.judge(inv, step.expect)
+            if window.within_s is not None:
+                rec["check_window"], rec["_check_s"] = window.to_dict(), b.now() - fault_end
             rec["invariants"] = {k: v.to_dict() for k, v in inv.items()}
             rec["verdict"] = verdict_of(inv)
             rec["live_nodes"] = len(states)
