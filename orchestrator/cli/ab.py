@@ -23,7 +23,8 @@ import click
 from node.core.variants import VariantError, VariantSpec
 from pipeline import analysis, session
 from pipeline.errors import PipelineError
-from pipeline.jobs.ab import Metric, compare_metric, summary_text
+from pipeline.jobs.ab import (CONFIDENCE, Metric, compare_metric, metric_warnings, power_warnings, relevel,
+                              restricted, summary_text)
 
 from orchestrator.experiments.ab import AbPlan, run_arms
 from orchestrator.chaos.engine import ChaosOptions, ChaosSetupError, load_inputs, require_hostable
@@ -44,18 +45,49 @@ CHECKER_METRIC = Metric("checker_snake_reconverged_mean_s", True,
                         "the chaos checker's snake re-convergence after each fault step, mean over the run's steps")
 
 
-def checker_comparison(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _fault_steps(run: dict[str, Any]) -> list[tuple[float | None, float | None]]:
+    """(snake re-convergence, bound watched) of each fault step of a run, the first step (the start) aside."""
+    return [(s.get("snake_converged_s"), s.get("bound_s")) for s in run["steps"][1:]
+            if s.get("action") not in ("wait", "check")]  # fmt: skip
+
+
+def _checker_pair(a: list, b: list) -> tuple[float, float, str] | None:
+    """Both arms' mean re-convergence over their fault steps, each step restricted to its pair's horizon
+    (pipeline.jobs.ab.restricted: a step that never re-converged counts as the bound it was watched for)."""
+    if not a or len(a) != len(b):
+        return None
+    va, vb, who = [], [], set()
+    for (ta, ba), (tb, bb) in zip(a, b):
+        got = restricted(ta, ba, tb, bb)
+        if got is None:
+            return None
+        va.append(got[0])
+        vb.append(got[1])
+        who.update(got[2])
+    return sum(va) / len(va), sum(vb) / len(vb), "".join(sorted(who))
+
+
+def checker_comparison(manifest: dict[str, Any], confidence: float = CONFIDENCE) -> dict[str, Any] | None:
     """The same paired statistics on what the chaos checker measured live (the manifest's per-step snake
-    re-convergence): a cross-check of the pipeline's event-derived numbers. Runs with a step that never
-    re-converged are left out, as the pipeline leaves out null metrics."""
-    per: dict[tuple[int, str], float] = {}
-    for r in manifest["runs"]:
-        values = [s.get("snake_converged_s") for s in r["steps"][1:] if s.get("action") not in ("wait", "check")]
-        if values and all(v is not None for v in values):
-            per[(r["seed"], r["arm"])] = sum(values) / len(values)
-    pairs = [(seed, per[(seed, "a")], per[(seed, "b")]) for seed in manifest["seeds"]
-             if (seed, "a") in per and (seed, "b") in per]  # fmt: skip
-    return compare_metric(CHECKER_METRIC, pairs) if pairs else None
+    re-convergence): a cross-check of the pipeline's event-derived numbers. A step that never re-converged
+    counts, censored at its bound, as the pipeline counts an episode that never converged."""
+    steps = {(r["seed"], r["arm"]): _fault_steps(r) for r in manifest["runs"]}
+    pairs: list[tuple[int, float, float]] = []
+    censored: dict[str, list[int]] = {"a": [], "b": []}
+    dropped: list[int] = []
+    for seed in manifest["seeds"]:
+        if (seed, "a") not in steps or (seed, "b") not in steps or not steps[(seed, "a")]:
+            continue
+        got = _checker_pair(steps[(seed, "a")], steps[(seed, "b")])
+        if got is None:
+            dropped.append(seed)
+            continue
+        pairs.append((seed, got[0], got[1]))
+        for arm in got[2]:
+            censored[arm].append(seed)
+    if not pairs:
+        return None
+    return compare_metric(CHECKER_METRIC, pairs, censored, dropped, confidence)
 
 
 def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
@@ -68,6 +100,24 @@ def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
     return result.ab
 
 
+def _print_result(result: dict[str, Any], exp: dict[str, Any]) -> None:
+    """The plain-text result (without --json)."""
+    click.echo(summary_text({result["experiment"]: exp}))
+    chk = result["checker"]
+    if chk is not None:
+        censored = f", {chk['n_censored']} censored" if chk.get("n_censored") else ""
+        click.echo(f"chaos checker, snake re-convergence per fault (mean per run): a {chk['a']['median']:.3g} s, "
+                   f"b {chk['b']['median']:.3g} s (medians); b - a = {chk['diff']:.3g} s "
+                   f"[{chk['ci_low'] if chk['ci_low'] is not None else '-'}, "
+                   f"{chk['ci_high'] if chk['ci_high'] is not None else '-'}], {chk['n_pairs']} pairs{censored}")
+    click.echo(f"report: {result['report']}  ({result['wall_s']:.0f} s)")
+
+
+def _warn(warnings: list[str]) -> None:
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
 @click.command("ab")
 @click.option("--a", "a_text", required=True, metavar="SPEC", help="arm A: a variant with optional ,knob=value pairs")
 @click.option("--b", "b_text", required=True, metavar="SPEC", help="arm B, e.g. snek,root_filter=1")
@@ -76,6 +126,9 @@ def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
               help="topology file (optional for a sequence that builds its network)")
 @click.option("--seeds", type=click.IntRange(1, 10_000), default=20, show_default=True,
               help="seeds 0..N-1; each runs both arms")
+@click.option("--alpha", type=click.FloatRange(0.0001, 0.5), default=round(1 - CONFIDENCE, 12), show_default=True,
+              help="the paired test's level: significant at p <= alpha, intervals at 1 - alpha; warns before the "
+                   "runs when the seeds cannot reach it")
 @click.option("--backend", type=click.Choice(["inproc", "docker"]), default="inproc", show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("ab"), show_default=True)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master for the analysis")
@@ -84,8 +137,8 @@ def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
               help="--backend docker, an arm or node of spec pinecone: the Pinecone reference to build the reference "
                    "node from [default: $SNEKBED_PINECONE_SRC, else ../shared/reference]")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seeds: int, backend: str, out: Path,
-       master: str, image: str | None, pinecone_src: Path | None, as_json: bool) -> None:  # fmt: skip
+def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seeds: int, alpha: float, backend: str,
+       out: Path, master: str, image: str | None, pinecone_src: Path | None, as_json: bool) -> None:  # fmt: skip
     """Compare two protocol variants on the same topology, faults and seeds."""
     t0 = time.monotonic()
     a, b = _spec(a_text, "--a"), _spec(b_text, "--b")
@@ -99,8 +152,10 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    warnings = power_warnings(seeds, alpha)
+    _warn(warnings)  # before any run: the user may stop here and add seeds
     plan = AbPlan(a, b, sc, topology, list(range(seeds)), backend=backend, out=out, image=image,
-                  pinecone_src=pinecone_src)
+                  pinecone_src=pinecone_src, alpha=alpha, warnings=tuple(warnings))
 
     def progress(arm: str, seed: int, run: dict[str, Any]) -> None:
         if not as_json:
@@ -123,23 +178,21 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
     if exp is None:
         click.echo(f"error: the analysis found no A/B runs of experiment {manifest['experiment']}", err=True)
         sys.exit(1)
+    if abs(alpha - (1 - CONFIDENCE)) > 1e-12:  # the analysis tests at 95 %: the same pairs, at the chosen level
+        exp = relevel(exp, round(1 - alpha, 12))
+    late = metric_warnings(exp["metrics"], alpha)
+    _warn(late)
     result = {
         "experiment": manifest["experiment"], "a": manifest["a"], "b": manifest["b"], "scenario": manifest["scenario"],
         "topology": manifest["topology"], "backend": backend, "seeds": seeds, "runs": len(run_dirs),
-        "runs_failed": failed, "metrics": exp["metrics"], "checker": checker_comparison(manifest), "out": str(out),
-        "report": str(out / "analysis" / "report.html"), "wall_s": round(time.monotonic() - t0, 1),
+        "runs_failed": failed, "metrics": exp["metrics"], "checker": checker_comparison(manifest, round(1 - alpha, 12)),
+        "out": str(out), "report": str(out / "analysis" / "report.html"), "wall_s": round(time.monotonic() - t0, 1),
+        "alpha": alpha, "warnings": warnings + late,
     }  # fmt: skip
     (out / "ab-result.json").write_text(json.dumps(result, indent=1))
     if as_json:
         click.echo(json.dumps(result))
     else:
-        click.echo(summary_text({manifest["experiment"]: exp}))
-        chk = result["checker"]
-        if chk is not None:
-            click.echo(f"chaos checker, snake re-convergence per fault (mean per run): a {chk['a']['median']:.3g} s, "
-                       f"b {chk['b']['median']:.3g} s (medians); b - a = {chk['diff']:.3g} s "
-                       f"[{chk['ci_low'] if chk['ci_low'] is not None else '-'}, "
-                       f"{chk['ci_high'] if chk['ci_high'] is not None else '-'}], {chk['n_pairs']} pairs")
-        click.echo(f"report: {result['report']}  ({result['wall_s']:.0f} s)")
+        _print_result(result, exp)
     if failed:
         click.echo(f"note: {len(failed)} run(s) failed a chaos check: {', '.join(failed[:10])}", err=True)

@@ -16,6 +16,7 @@ per-step re-convergence as the chaos checker saw it). The Spark pipeline then an
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,15 +49,32 @@ class AbPlan:
     experiment: str = ""
     image: str | None = None
     pinecone_src: Path | None = None  # the reference to build the reference node from (an arm or node of pinecone)
+    alpha: float = 0.05  # the level the paired test is judged at (snekbed ab --alpha)
+    warnings: tuple[str, ...] = ()  # what the seeds cannot conclude, said before the runs (pipeline.jobs.ab)
 
     def spec(self, arm: str) -> VariantSpec:
         return self.a if arm == "a" else self.b
 
 
+_BOUND = re.compile(r"bound (\d+(?:\.\d+)?)")
+
+
+def _bound_s(rec: dict[str, Any]) -> float | None:
+    """The re-convergence bound a step was watched for: the record's ``bound_s``, else the one its
+    ``reconverged_within_bound`` detail names (the lower end of a range); None without one."""
+    if rec.get("bound_s") is not None:
+        return float(rec["bound_s"])
+    detail = (rec.get("invariants") or {}).get("reconverged_within_bound", {}).get("detail", "")
+    m = _BOUND.search(detail or "")
+    return float(m.group(1)) if m else None
+
+
 def _step_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    """What the manifest keeps of one chaos step record."""
+    """What the manifest keeps of one chaos step record (with ``bound_s``: how long its re-convergence was
+    watched, which a step that never re-converged is censored at)."""
     keep = ("index", "action", "at_s", "verdict", "tree_converged_s", "snake_converged_s", "live_nodes", "components")
     out = {k: rec.get(k) for k in keep if k in rec}
+    out["bound_s"] = _bound_s(rec)
     out["targets"] = [str(t) for t in rec.get("targets", [])]
     if "delivery" in rec:
         out["delivery"] = rec["delivery"]
@@ -105,6 +123,8 @@ def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] 
         "topology": plan.topology.name if plan.topology is not None else None,
         "backend": plan.backend,
         "seeds": list(plan.seeds),
+        "alpha": plan.alpha,
+        "warnings": list(plan.warnings),
         "runs": runs,
         "runs_wall_s": round(time.monotonic() - started, 2),
     }

@@ -95,7 +95,7 @@ from pipeline.schemas import AB_RUNS_SCHEMA, EPISODE_ACTIONS
 __all__ = [
     "CONFIDENCE", "EXACT_PAIRS", "DRAWS", "MIN_PAIRS", "Metric", "METRICS", "INFO_COLUMNS", "Interval", "ab_runs",
     "spread", "interval", "compare_metric", "summarize", "summary_rows", "summary_text", "min_p_value", "min_pairs",
-    "power_warnings", "censored_pair",
+    "power_warnings", "metric_warnings", "restricted", "censored_pair", "relevel",
 ]
 
 CONFIDENCE = 0.95
@@ -367,27 +367,47 @@ def _censored_at(row: Mapping) -> dict[str, float]:
     return {k: float(v) for k, v in json.loads(text).items() if v is not None} if text else {}
 
 
-def censored_pair(name: str, a: Mapping, b: Mapping) -> tuple[float, float, str] | None:
-    """Arm a's and arm b's value of metric ``name`` for the paired test, and which arms were censored (``""``,
-    ``"a"``, ``"b"`` or ``"ab"``); None when a value is missing for another reason than censoring.
-
-    A censored value (null, with the seconds it was watched in ``censored``) counts: both values are
-    restricted to the pair's horizon tau, the smaller censoring time (module doc)."""
-    values: list[float | None] = []
-    levels: list[float | None] = []
-    for row in (a, b):
-        v = row.get(name)
-        level = None if v is not None else _censored_at(row).get(name)
-        if v is None and level is None:
-            return None
-        values.append(None if v is None else float(v))
-        levels.append(level)
+def restricted(a: float | None, a_level: float | None, b: float | None,
+               b_level: float | None) -> tuple[float, float, str] | None:  # fmt: skip
+    """One pair's values for the paired test: ``a`` and ``b`` (None: never converged, watched for ``*_level``
+    seconds) restricted to the pair's horizon tau, the smaller censoring time (module doc), and which arms were
+    censored (``""``, ``"a"``, ``"b"``, ``"ab"``). None when a value is missing and not censored."""
+    if (a is None and a_level is None) or (b is None and b_level is None):
+        return None
+    levels = (None if a is not None else a_level, None if b is not None else b_level)
     cut = [c for c in levels if c is not None]
     if not cut:
-        return values[0], values[1], ""  # type: ignore[return-value]
+        return float(a), float(b), ""  # type: ignore[arg-type]
     tau = min(cut)
-    va, vb = (tau if v is None else min(v, tau) for v in values)
+    va, vb = (tau if v is None else min(float(v), tau) for v in (a, b))
     return va, vb, "".join(arm for arm, c in zip("ab", levels) if c is not None)
+
+
+def censored_pair(name: str, a: Mapping, b: Mapping) -> tuple[float, float, str] | None:
+    """:func:`restricted` for metric ``name`` of two ``ab_runs`` rows (a null value counts as censored when the
+    row's ``censored`` gives the seconds it was watched)."""
+    return restricted(a.get(name), _censored_at(a).get(name), b.get(name), _censored_at(b).get(name))
+
+
+def metric_warnings(doc_metrics: Mapping[str, Mapping], alpha: float) -> list[str]:
+    """Metrics whose pairs, after the ones left out, can no longer reach ``p <= alpha``."""
+    out = []
+    for name, m in doc_metrics.items():
+        if m.get("n_dropped") and min_p_value(m["n_pairs"]) > alpha:
+            out.append(f"{name}: {m['n_pairs']} pair(s) left after {m['n_dropped']} left out (seeds "
+                       f"{', '.join(map(str, m['dropped']))}, no value): it cannot reach p <= {alpha:g}")
+    return out
+
+
+def relevel(experiment: Mapping, confidence: float) -> dict:
+    """An experiment of the A/B document with every metric's test redone at ``confidence`` (from its pairs)."""
+    by_name = {m.name: m for m in METRICS}
+    metrics = {}
+    for name, m in experiment["metrics"].items():
+        metric = by_name.get(name, Metric(name, m["better_when"] == "lower", name))
+        pairs = [(int(p[0]), float(p[1]), float(p[2])) for p in m["pairs"]]
+        metrics[name] = compare_metric(metric, pairs, m.get("censored"), m.get("dropped", ()), confidence)
+    return {**experiment, "confidence": confidence, "metrics": metrics}
 
 
 def compare_metric(metric: Metric, pairs: Sequence[tuple[int, float, float]],

@@ -1,0 +1,61 @@
+"""``snekbed ab`` says what its seeds cannot conclude before it runs anything (fast: no run, no Spark session).
+
+The runs are replaced by a stand-in that marks where they would start and stops the command there, so the test
+reads the order of what the command said: the warning comes first. The warning goes on with the experiment (the
+stand-in is reached), and the manifest the runs would write carries it (``warnings``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import ab as ab_cli
+from orchestrator.experiments.ab import AbPlan
+from tests.ci import REPO
+
+TOPOLOGY = REPO / "compose" / "topologies" / "line-5.yaml"
+STARTED = "<the runs start here>"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _invoke(monkeypatch, tmp_path: Path, *extra: str) -> tuple[str, list[AbPlan]]:
+    plans: list[AbPlan] = []
+
+    def runs_start(plan: AbPlan, progress=None):
+        plans.append(plan)
+        print(STARTED, file=sys.stderr)
+        raise _Stop
+
+    monkeypatch.setattr(ab_cli, "run_arms", runs_start)
+    args = ["--a", "snek", "--b", "snek,bootstrap_interval=8", "--scenario", "demo-quick", "--topology", str(TOPOLOGY),
+            "--out", str(tmp_path / "ab"), *extra]  # fmt: skip
+    res = CliRunner().invoke(ab_cli.ab, args)
+    assert isinstance(res.exception, _Stop), (res.output, res.stderr, res.exception)
+    return res.stderr, plans
+
+
+def test_five_seeds_are_warned_about_before_any_run(monkeypatch, tmp_path):
+    err, [plan] = _invoke(monkeypatch, tmp_path, "--seeds", "5")
+    assert STARTED in err
+    warning = err[: err.index(STARTED)]
+    assert "warning: 5 seed(s) give 5 pair(s)" in warning, err
+    assert "cannot reach p <= 0.05" in warning and "2/2^5 = 0.0625" in warning and "--seeds 6" in warning, err
+    assert plan.alpha == 0.05 and len(plan.warnings) == 1 and "cannot reach p <= 0.05" in plan.warnings[0]
+
+
+def test_the_level_is_an_option(monkeypatch, tmp_path):
+    err, [plan] = _invoke(monkeypatch, tmp_path, "--seeds", "7", "--alpha", "0.01")
+    assert "cannot reach p <= 0.01" in err[: err.index(STARTED)] and "--seeds 8" in err, err
+    assert plan.alpha == 0.01
+
+
+@pytest.mark.parametrize("seeds", ["8", "20"])
+def test_enough_seeds_say_nothing(monkeypatch, tmp_path, seeds):
+    err, [plan] = _invoke(monkeypatch, tmp_path, "--seeds", seeds)
+    assert "warning" not in err and plan.warnings == (), err
