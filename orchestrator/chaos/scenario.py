@@ -222,6 +222,8 @@ def _strip_union_tags(loc: Loc) -> Loc:
         if isinstance(part, str) and i >= 2 and loc[i - 2] == "steps" and isinstance(loc[i - 1], int):
             if part in _ACTIONS:
                 continue
+        if part == "[key]":  # a mapping's key was wrong (expect: {snake: false}): the key itself says where
+            continue
         if isinstance(part, str) and i >= 1 and loc[i - 1] in _UNION_FIELDS and not part.isidentifier():
             continue
         if isinstance(part, str) and i >= 1 and loc[i - 1] in _UNION_FIELDS and part in ("TrafficSpec", "str", "none"):
