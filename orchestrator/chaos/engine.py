@@ -27,10 +27,11 @@ from node.config import HostPort
 from node.core.variants import VariantSpec
 from node.httpserve import serve_app
 
-from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
+from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, SimNode
 from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.runner import Progress, run_scenario
+from orchestrator.chaos.trace import TraceHash
 from orchestrator.chaos.scenario import Kill, Pause, RemoveNode, Restart, Resume, Scenario, ScenarioError, load_scenario
 from orchestrator.model.hosting import REAL_TIME_BACKENDS, in_process_refusal, reference_nodes
 from orchestrator.model.runs import create_run, new_run_id, runs_root
@@ -103,6 +104,8 @@ class PreparedRun:
     report: dict[str, Any] = field(default_factory=dict)
     #: the source of the live view (``--view``), for a backend that has one
     live: Callable[[], InprocLive] | None = None
+    #: the run's event trace, hashed as it happens (``trace_sha256``: orchestrator.chaos.trace), where it can be
+    trace: TraceHash | None = None
 
 
 #: (scenario, topology, options) -> the prepared run: how one kind of backend is made
@@ -214,13 +217,29 @@ def _inproc(sc: Scenario, topology: Topology | None, o: ChaosOptions) -> Prepare
     backend = InprocChaos(topology, seed=o.seed, record=o.record, declared=sc.declared(), scenario_name=sc.name,
                           variant=o.variant, ab=o.ab, boot_spread_s=o.boot_spread_s)  # fmt: skip
     run_id = o.record.name if o.record is not None else sc.name
+    trace = _traced(backend)
     return PreparedRun(
         backend, run_id, str(o.record) if o.record is not None else None,
         clock=trio.testing.MockClock(autojump_threshold=0) if o.clock == "virtual" else None,
         metrics=RunMetrics(run_id) if o.metrics_at is not None else None,
         report={"boot_spread_s": o.boot_spread_s},  # no wall-clock figure: the document is a function of inputs and seed
         live=lambda: _inproc_live(backend, sc, topology, run_id),
+        trace=trace,
     )  # fmt: skip
+
+
+def _traced(backend: InprocChaos) -> TraceHash:
+    """A TraceHash fed every router event of the in-process network, before the backend's own observer."""
+    trace = TraceHash()
+    inner = backend.net.on_event
+
+    def tee(node: SimNode, kind: str, fields: dict[str, Any], now: float) -> None:
+        trace.event(node.name, kind, fields, now)
+        if inner is not None:
+            inner(node, kind, fields, now)
+
+    backend.net.on_event = tee
+    return trace
 
 
 def _inproc_live(backend: InprocChaos, sc: Scenario, topology: Topology | None, run_id: str) -> InprocLive:
@@ -329,13 +348,19 @@ def execute(sc: Scenario, topology: Topology | None, options: ChaosOptions | Non
         if o.view_at is not None:
             out = trio.run(_run_viewed, prepared, sc, o.seed, progress, o.view_at)  # a served view: the real clock
         else:
-            run = partial(run_scenario, prepared.backend, sc, seed=o.seed, progress=progress, metrics=prepared.metrics)
+            on_action = prepared.trace.action if prepared.trace is not None else None
+            run = partial(run_scenario, prepared.backend, sc, seed=o.seed, progress=progress, metrics=prepared.metrics,
+                          on_action=on_action)  # fmt: skip
             out = trio.run(run, clock=prepared.clock)
     finally:
         if server is not None:
             server.close()
     out["run_dir"] = prepared.run_dir
     out["variant"] = str(o.variant)
+    # the event trace's hash (orchestrator.chaos.trace): a promise only in process on the virtual clock
+    reproducible = prepared.trace is not None and prepared.clock is not None and o.view_at is None
+    out["trace_sha256"] = prepared.trace.hexdigest() if reproducible and prepared.trace is not None else None
+    out["trace_lines"] = prepared.trace.lines if reproducible and prepared.trace is not None else None
     out.update(prepared.report)
     return out
 

@@ -254,10 +254,16 @@ def needs(events: Sequence[Mapping[str, Any]]) -> dict[int, set[int]]:
 
 
 def sequence_text(doc: Mapping[str, Any], keep: Sequence[int]) -> str:
-    """The sequence ``doc`` with only the events ``keep`` (indices, in order), in the same format; every other
-    top-level key (the extension too) as it was."""
+    """The sequence ``doc`` with only the events ``keep`` (indices), in the same format: consecutive Delays merged
+    into one, every other top-level key (the extension too) as it was."""
     events = doc["EventSequence"]
-    out = {k: v for k, v in doc.items() if k != "EventSequence"}
-    out["EventSequence"] = [events[i] for i in sorted(keep)]
-    ordered = {"EventSequence": out.pop("EventSequence"), **out}
-    return json.dumps(ordered, indent=4) + "\n"
+    kept: list[dict[str, Any]] = []
+    for i in sorted(keep):
+        ev = events[i]
+        if ev.get("Command") == "Delay" and kept and kept[-1].get("Command") == "Delay":
+            total = float(kept[-1]["Data"]["Length"]) + float(ev["Data"]["Length"])
+            kept[-1] = {**kept[-1], "Data": {**kept[-1]["Data"], "Length": int(total) if total.is_integer() else total}}
+            continue
+        kept.append(ev)
+    out = {"EventSequence": kept, **{k: v for k, v in doc.items() if k != "EventSequence"}}
+    return json.dumps(out, indent=4) + "\n"

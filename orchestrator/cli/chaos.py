@@ -9,6 +9,7 @@ name of a shipped one (``snekbed chaos --list``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -23,9 +24,11 @@ from orchestrator.chaos.engine import (
     BACKENDS, ChaosOptions, ChaosSetupError, execute, require_topology, resolve_scenario, shipped_scenarios, step_line,
 )  # fmt: skip
 from orchestrator.chaos.nemesis import random_scenario
-from orchestrator.chaos.scenario import ScenarioError, load_scenario
+from orchestrator.chaos.repeat import agreement_table, exit_code, repeat
+from orchestrator.chaos.scenario import Scenario, ScenarioError, load_scenario, parse_reference_sequence
+from orchestrator.chaos.shrink import shrink
 from orchestrator.cli.options import address_option
-from orchestrator.model.topology import TopologyError
+from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
 
 __all__ = ["EXIT_CODES", "chaos"]
@@ -75,14 +78,26 @@ EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3}
 @click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="--backend docker|swarm, nodes whose spec is pinecone: the Pinecone reference to build the reference "
                    "node from [default: $SNEKBED_PINECONE_SRC, else ../shared/reference]")
+@click.option("--repeat", "repeat_n", type=click.IntRange(min=1), default=None, metavar="N",
+              help="run the scenario N times (same seed) and report how often each step's verdict agreed; the exit "
+                   "code is the worst run's (docs/chaos.md, \"Reproducibility\")")
+@click.option("--shrink", is_flag=True,
+              help="SCENARIO is a failing reference sequence (.json): delta-debug it to a smaller sequence that still "
+                   "fails the same invariant, and write it (--shrink-out)")
+@click.option("--shrink-out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="with --shrink: where the smaller sequence goes [default: NAME.shrunk.json beside SCENARIO]")
+@click.option("--shrink-runs", type=click.IntRange(min=1), default=200, show_default=True, metavar="N",
+              help="with --shrink: at most this many reruns")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
           write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
           prometheus_image: str | None, metrics_at: str | None, view_at: str | None, pinecone_src: Path | None,
-          as_json: bool, list_only: bool, boot_spread_s: float) -> None:  # fmt: skip
+          as_json: bool, list_only: bool, boot_spread_s: float, repeat_n: int | None, shrink: bool,
+          shrink_out: Path | None, shrink_runs: int) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
+    _modes(scenario, repeat_n, shrink, shrink_out, view_at)
     if monitoring and backend != "docker":  # swarm too: Prometheus sits on one engine's control network
         raise click.UsageError("--monitoring runs Prometheus next to Docker nodes: it needs --backend docker "
                                "(watch an in-process run with --clock real --metrics HOST:PORT)")
@@ -102,6 +117,52 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
             sc = load_scenario(path)
             click.echo(f"{name:<24} {sc.description.strip().splitlines()[0] if sc.description else ''}")
         return
+    sc, topology = _inputs(scenario, topology_path, random_n, seed, write_scenario)
+
+    def progress(rec: dict[str, Any]) -> None:
+        if not as_json:
+            click.echo(step_line(rec))
+
+    options = ChaosOptions(backend=backend, seed=seed, variant=variant, record=record, runs_dir=runs_dir, image=image,
+                           keep=keep, clock=clock, boot_spread_s=boot_spread_s, monitoring=monitoring,
+                           prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
+                           pinecone_src=pinecone_src)  # fmt: skip
+    try:
+        if shrink:
+            assert scenario is not None
+            sys.exit(_shrink(Path(scenario), sc, topology, options, shrink_out, shrink_runs, as_json))
+        if repeat_n is not None:
+            sys.exit(_repeat(sc, topology, options, repeat_n, as_json))
+        out = execute(sc, topology, options, progress)
+    except ChaosSetupError as exc:
+        raise click.UsageError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        t = out["traffic"]
+        click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
+                   + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
+    sys.exit(EXIT_CODES.get(out["verdict"], 1))
+
+
+
+
+def _modes(scenario: str | None, repeat_n: int | None, shrink: bool, shrink_out: Path | None,
+           view_at: str | None) -> None:  # fmt: skip
+    """Usage errors of --repeat and --shrink."""
+    if shrink and repeat_n is not None:
+        raise click.UsageError("--shrink and --repeat do not go together")
+    if shrink and (scenario is None or Path(scenario).suffix.lower() != ".json"):
+        raise click.UsageError("--shrink takes a reference sequence file (.json)")
+    if shrink_out is not None and not shrink:
+        raise click.UsageError("--shrink-out goes with --shrink")
+    if view_at is not None and (shrink or repeat_n is not None):
+        raise click.UsageError("--view serves one run: not with --shrink or --repeat")
+
+
+def _inputs(scenario: str | None, topology_path: Path | None, random_n: int | None, seed: int,
+            write_scenario: Path | None) -> tuple[Scenario, Topology | None]:  # fmt: skip
+    """The scenario and the topology; a bad file is exit 2 (the message names the file, line and field)."""
     try:
         topology = load_topology(topology_path) if topology_path is not None else None
         if random_n is not None:
@@ -118,25 +179,53 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
     except (ScenarioError, TopologyError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    return sc, topology
 
-    def progress(rec: dict[str, Any]) -> None:
+
+def _repeat(sc: Scenario, topology: Topology | None, options: ChaosOptions, n: int, as_json: bool) -> int:
+    """--repeat N: the runs, the agreement per step (JSON or a table); the worst run's exit code."""
+
+    def once(k: int) -> dict[str, Any]:
+        record = options.record / f"run-{k + 1}" if options.record is not None else None
+        out = execute(sc, topology, dataclasses.replace(options, record=record))
         if not as_json:
-            click.echo(step_line(rec))
+            click.echo(f"run {k + 1}/{n}: {out['verdict']}" + (f" (failed steps {out['failed_steps']})"
+                                                              if out["failed_steps"] else ""), err=True)  # fmt: skip
+        return out
 
-    options = ChaosOptions(backend=backend, seed=seed, variant=variant, record=record, runs_dir=runs_dir, image=image,
-                           keep=keep, clock=clock, boot_spread_s=boot_spread_s, monitoring=monitoring,
-                           prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
-                           pinecone_src=pinecone_src)  # fmt: skip
-    try:
-        out = execute(sc, topology, options, progress)
-    except ChaosSetupError as exc:
-        raise click.UsageError(str(exc)) from None
+    doc = repeat(once, n)
+    click.echo(json.dumps(doc, indent=1) if as_json else agreement_table(doc))
+    return exit_code(doc["verdict"])
+
+
+def _shrink(path: Path, sc: Scenario, topology: Topology | None, options: ChaosOptions, out_path: Path | None,
+            max_runs: int, as_json: bool) -> int:  # fmt: skip
+    """--shrink: the original run, then ddmin (orchestrator.chaos.shrink); the smaller sequence written."""
+    quiet = dataclasses.replace(options, record=None)
+    original = execute(sc, topology, options)
+    reruns = 0
+
+    def run(text: str) -> dict[str, Any]:
+        nonlocal reruns
+        reruns += 1
+        cand = parse_reference_sequence(text, file=str(path), name=path.stem, topology=topology)
+        out = execute(cand, topology, quiet)
+        if not as_json:
+            click.echo(f"rerun {reruns}: {len(cand.steps)} steps, {out['verdict']}", err=True)
+        return out
+
+    result = shrink(path.read_text(encoding="utf-8"), run, original=original, max_runs=max_runs, file=str(path))
+    if result is None:
+        click.echo(f"{path}: the run's verdict is {original['verdict']} with no invariant failed: nothing to shrink",
+                   err=True)  # fmt: skip
+        return exit_code(original["verdict"])
+    target = out_path or path.with_name(f"{path.stem}.shrunk.json")
+    target.write_text(result.text, encoding="utf-8")
+    doc = {"source": str(path), "written": str(target), **result.to_dict()}
     if as_json:
-        click.echo(json.dumps(out, indent=1))
+        click.echo(json.dumps({"shrink": doc}, indent=1))
     else:
-        t = out["traffic"]
-        click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
-                   + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
-    sys.exit(EXIT_CODES.get(out["verdict"], 1))
-
-
+        click.echo(f"shrunk {path} from {doc['commands_before']} to {doc['commands_after']} commands in "
+                   f"{doc['reruns']} reruns, still failing {doc['invariant']}: {target}"
+                   + ("" if doc["one_minimal"] else f" (the {max_runs} reruns ran out: maybe not minimal)"))
+    return exit_code(original["verdict"])

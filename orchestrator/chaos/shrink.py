@@ -1,0 +1,131 @@
+"""``snekbed chaos FILE.json --shrink``: a failing reference sequence, delta-debugged to a smaller one that fails the same way.
+
+The failure to keep is the first invariant that failed in the original run (the first failed step's, in the order
+of INVARIANTS). :func:`shrink` runs ddmin (Zeller and Hildebrandt, "Simplifying and isolating failure-inducing
+input", 2002) over the sequence's **commands** (every event but the Delays, which stay, so the kept commands keep
+their times): it tries halves, then complements, then finer pieces, and keeps any candidate whose run still fails
+that invariant. Every candidate is first closed under what its commands need (orchestrator.chaos.sequence.needs:
+an AddPeer needs both nodes' AddNode, an adversary configuration its node's), so no candidate fails merely for a
+command that cannot run. Runs are cached by the set of commands: ``reruns`` counts the runs made, the original's
+not included. The result is 1-minimal when the rerun budget allows it: removing any single command (with what
+needs it) makes the failure go away.
+
+The shrunk sequence is written in the same format (sequence.sequence_text: the kept events in order, consecutive
+Delays merged, the top-level keys, the ``snekbed`` extension included, as they were).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.chaos.sequence import needs, read_events, sequence_text
+from orchestrator.chaos.steps import INVARIANTS
+
+__all__ = ["ShrinkResult", "failed_invariant", "shrink"]
+
+#: a sequence's text -> its run's ``--json`` document
+RunText = Callable[[str], dict[str, Any]]
+
+
+def failed_invariant(out: dict[str, Any]) -> str | None:
+    """The first invariant that failed in a run (first failed step; INVARIANTS order), None when none did."""
+    for step in out["steps"]:
+        bad = [k for k in INVARIANTS if not step.get("invariants", {}).get(k, {"ok": True})["ok"]]
+        if step["verdict"] != "pass" and bad:
+            return bad[0]
+    return None
+
+
+def _fails(out: dict[str, Any], invariant: str) -> bool:
+    return any(not s.get("invariants", {}).get(invariant, {"ok": True})["ok"] for s in out["steps"])
+
+
+@dataclass
+class ShrinkResult:
+    invariant: str
+    text: str
+    kept: list[int]
+    commands_before: int
+    reruns: int
+    budget_spent: bool = False
+    events: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"invariant": self.invariant, "commands_before": self.commands_before,
+                "commands_after": len(self.kept), "kept_events": self.events, "reruns": self.reruns,
+                "one_minimal": not self.budget_spent}  # fmt: skip
+
+
+class _Runner:
+    """Runs candidate command sets (cached), closed under what their commands need."""
+
+    def __init__(self, doc: dict[str, Any], run: RunText, invariant: str, max_runs: int) -> None:
+        events = doc["EventSequence"]
+        self.doc, self.run, self.invariant, self.max_runs = doc, run, invariant, max_runs
+        self.commands = [i for i, ev in enumerate(events) if ev.get("Command") != "Delay"]
+        self.delays = [i for i, ev in enumerate(events) if ev.get("Command") == "Delay"]
+        self.needs = needs(events)
+        self.cache: dict[frozenset[int], bool] = {}
+        self.reruns = 0
+
+    def close(self, subset: Sequence[int]) -> list[int]:
+        out, todo = set(subset), list(subset)
+        while todo:
+            for dep in self.needs.get(todo.pop(), ()):
+                if dep not in out:
+                    out.add(dep)
+                    todo.append(dep)
+        return sorted(out)
+
+    def text(self, subset: Sequence[int]) -> str:
+        return sequence_text(self.doc, sorted([*subset, *self.delays]))
+
+    def fails(self, subset: Sequence[int]) -> bool:
+        key = frozenset(subset)
+        if key not in self.cache:
+            if self.reruns >= self.max_runs:
+                return False  # out of budget: treated as passing, so the result stays a failing one
+            self.reruns += 1
+            self.cache[key] = _fails(self.run(self.text(subset)), self.invariant)
+        return self.cache[key]
+
+
+def _ddmin(r: _Runner, items: list[int]) -> list[int]:
+    n = 2
+    while len(items) >= 2:
+        size = len(items) / n
+        chunks = [items[round(k * size):round((k + 1) * size)] for k in range(n)]
+        for c in chunks:  # a piece alone
+            cand = r.close(c)
+            if len(cand) < len(items) and r.fails(cand):
+                items, n = cand, 2
+                break
+        else:
+            for c in chunks:  # everything but a piece
+                cand = r.close([x for x in items if x not in c])
+                if len(cand) < len(items) and r.fails(cand):
+                    items, n = cand, max(n - 1, 2)
+                    break
+            else:
+                if n >= len(items):
+                    break
+                n = min(len(items), 2 * n)
+    return items
+
+
+def shrink(text: str, run: RunText, *, original: dict[str, Any] | None = None, max_runs: int = 200,
+           file: str | None = None) -> ShrinkResult | None:  # fmt: skip
+    """The smallest sequence ddmin finds that fails like ``text`` does (module docstring); None when ``text``'s
+    run (``original``, or run here) fails no invariant: nothing to shrink."""
+    doc, _ = read_events(text, file)
+    out = original if original is not None else run(text)
+    invariant = failed_invariant(out)
+    if invariant is None:
+        return None
+    r = _Runner(doc, run, invariant, max_runs)
+    r.cache[frozenset(r.commands)] = True
+    kept = _ddmin(r, r.close(r.commands))
+    return ShrinkResult(invariant, r.text(kept), kept, len(r.commands), r.reruns, r.reruns >= max_runs,
+                        sorted([*kept, *r.delays]))  # fmt: skip
