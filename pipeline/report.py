@@ -287,7 +287,8 @@ def _ab_figure(experiment: str, e: Mapping, data: dict) -> bytes:
     metrics = {name: m for name, m in e["metrics"].items() if m["n_pairs"]}
     data.update(experiment=experiment, a=e["a"], b=e["b"], metrics={
         name: {"pairs": m["pairs"], "diff": m["diff"], "ci": [m["ci_low"], m["ci_high"]],
-               "significant": m["significant"], "better": m["better"]} for name, m in metrics.items()})  # fmt: skip
+               "significant": m["significant"], "better": m["better"], "censored": m.get("censored")}
+        for name, m in metrics.items()})  # fmt: skip
     cols = min(4, max(1, len(metrics)))
     rows = max(1, math.ceil(len(metrics) / cols))
     fig = Figure(figsize=(3.2 * cols, 2.9 * rows + 0.6))
@@ -304,6 +305,8 @@ def _ab_figure(experiment: str, e: Mapping, data: dict) -> bytes:
         ax.set_xticks([0, 1], ["a", "b"])
         ci = "" if m["ci_low"] is None else f" [{m['ci_low']:.3g}, {m['ci_high']:.3g}]"
         verdict = f"{m['better']} better" if m["better"] else "no significant difference"
+        if m.get("n_censored"):
+            verdict += f", {m['n_censored']} censored"
         ax.set_title(f"{name}\nb - a = {m['diff']:.3g}{ci}\n{verdict}", fontsize=7,
                      color="black" if not m["significant"] else "darkred")
         ax.tick_params(labelsize=7)
@@ -317,6 +320,13 @@ def _ab_figure(experiment: str, e: Mapping, data: dict) -> bytes:
     return _png(fig)
 
 
+def _censored_cell(m: Mapping) -> str:
+    """How many pairs an arm never converged in, and in which arm: ``2 (b: 3, 4)``."""
+    cens = m.get("censored") or {}
+    named = "; ".join(f"{arm}: {', '.join(map(str, cens[arm]))}" for arm in ("a", "b") if cens.get(arm))
+    return f"{m.get('n_censored', 0)}" + (f" ({named})" if named else "")
+
+
 def _ab_rows(e: Mapping) -> list[dict]:
     def rng(s: Mapping) -> str:
         return "–" if s["p25"] is None else f"{s['p25']:.4g} – {s['p75']:.4g}"
@@ -325,6 +335,7 @@ def _ab_rows(e: Mapping) -> list[dict]:
     for name, m in e["metrics"].items():
         out.append({
             "metric": name, "better when": m["better_when"], "pairs": m["n_pairs"],
+            "censored": _censored_cell(m), "left out": m.get("n_dropped", 0),
             "a median": m["a"]["median"], "a p25 – p75": rng(m["a"]),
             "b median": m["b"]["median"], "b p25 – p75": rng(m["b"]),
             "b − a (mean)": m["diff"],
@@ -335,13 +346,16 @@ def _ab_rows(e: Mapping) -> list[dict]:
     return out
 
 
-AB_COLUMNS = ["metric", "better when", "pairs", "a median", "a p25 – p75", "b median", "b p25 – p75",
-              "b − a (mean)", "95% interval", "p", "significant", "better"]
+AB_COLUMNS = ["metric", "better when", "pairs", "censored", "left out", "a median", "a p25 – p75", "b median",
+              "b p25 – p75", "b − a (mean)", "95% interval", "p", "significant", "better"]
 AB_TEXT = ("Runs of arm a and arm b are paired by seed (same keys, delays and faults). Per metric: each arm's "
            "median and quartiles over the paired seeds; b − a is the mean of the per-seed differences, with a 95% "
            "interval from the paired sign-flip test (exact under no difference; unbounded below 6 pairs); "
            "significant = the interval excludes 0; better by the metric's direction. Reconvergence metrics are "
-           "per fault kind: the worst episode of that kind in the run (– when one never converged).")
+           "per fault kind: the worst episode of that kind in the run. pairs = the seeds the metric used; censored = "
+           "those where an arm never converged (seeds named per arm): they count, that arm's time as the time it was "
+           "watched, both arms' values capped there (restricted means, docs/variants.md); left out = seeds with no "
+           "value for another reason.")
 
 
 # --------------------------------------------------------------------------- tables

@@ -224,6 +224,8 @@ def test_report_has_the_ab_section_and_plots(analyzed):
     assert row.rstrip().endswith("| yes | a |"), row
     [row] = [line for line in section.splitlines() if line.startswith("| control_bytes_per_node_s |")]
     assert row.rstrip().endswith("| yes | b |"), row
+    assert "| metric | better when | pairs | censored | left out |" in section  # every run converged: 0 and 0
+    assert row.startswith("| control_bytes_per_node_s | lower | 8 | 0 | 0 |"), row
     data = json.loads((out / "plots.json").read_text())
     from matplotlib.image import imread
 
@@ -251,6 +253,14 @@ def test_without_ab_runs_there_is_no_ab_output(spark, analyzed, recorded):
     assert "A/B" not in md and "A/B" not in (out / "report.html").read_text()
     assert {p.name for p in result.report_files} == {"report.md", "report.html", "plots.json", *report.PLOTS}
     assert not any(name.startswith("ab_") for name in json.loads((out / "plots.json").read_text()))
+
+
+def test_runs_that_converged_are_censored_nowhere(analyzed):
+    _, result, rows = analyzed
+    assert {r["censored"] for r in rows.values()} == {"{}"}
+    for e in result.ab.values():
+        for name, m in e["metrics"].items():
+            assert (m["n_censored"], m["censored"], m["n_dropped"]) == (0, {"a": [], "b": []}, 0), name
 
 
 def test_ab_runs_job_needs_its_columns(spark, analyzed):
