@@ -60,6 +60,8 @@ class LinkEnd:
     last_arrival: float = 0.0
     up: bool = True
     sized: bool = False  # the shaper needs real frame sizes (it has a rate)
+    #: what made ``shaper`` (None: the network's default random delay): a twin of it can be measured (:meth:`InprocNetwork.twin_shaper`)
+    factory: Callable[[random.Random], Shaper] | None = None
 
 
 @dataclass(slots=True)
@@ -71,6 +73,7 @@ class SimNode:
     timer_at: float = math.inf
     ends: dict[int, LinkEnd] = field(default_factory=dict)  # local port -> outgoing end
     ping_results: list[PingResult] = field(default_factory=list)  # finished pings, for whoever started them
+    frames_out: int = 0  # frames its router has written onto its links (what a confirmation of silence reads)
 
     @property
     def key(self) -> bytes:
@@ -135,6 +138,7 @@ class InprocNetwork:
         self.frames_delivered = 0
         self._clock_offset: float | None = None
         self.topology_version = 0  # bumped whenever a link or node comes or goes
+        self.held: set[str] = set()  # nodes frozen by :meth:`hold` until :meth:`release`
         key_seeds = key_seeds or {}
         if boot_spread_s < 0:
             raise ValueError(f"boot_spread_s must be >= 0, not {boot_spread_s}")
@@ -197,6 +201,11 @@ class InprocNetwork:
         factory = factory or self.shapers.get(link_class)
         return factory(end_rng) if factory is not None else self._default_shaper(end_rng)
 
+    def twin_shaper(self, end: LinkEnd, rng: random.Random) -> Shaper:
+        """A fresh shaper made as ``end``'s was (its factory, or the default delay) on ``rng``: measuring it tells
+        what shape the link has without touching the link's own shaper, its RNG or its queue."""
+        return end.factory(rng) if end.factory is not None else self._default_shaper(rng)
+
     def connect(
         self,
         a: str,
@@ -233,8 +242,11 @@ class InprocNetwork:
             self._flush(na)
             return None
         lid = next(self._link_ids)
-        ea = LinkEnd(lid, a, pa, b, pb, link_class, self._shaper_for(link_class, shaper), self.now, sized=sized)
-        eb = LinkEnd(lid, b, pb, a, pa, link_class, self._shaper_for(link_class, shaper), self.now, sized=sized)
+        made = shaper or self.shapers.get(link_class)
+        ea = LinkEnd(lid, a, pa, b, pb, link_class, self._shaper_for(link_class, shaper), self.now, sized=sized,
+                     factory=made)  # fmt: skip
+        eb = LinkEnd(lid, b, pb, a, pa, link_class, self._shaper_for(link_class, shaper), self.now, sized=sized,
+                     factory=made)  # fmt: skip
         na.ends[pa], nb.ends[pb] = ea, eb
         self.links[lid] = (ea, eb)
         self.topology_version += 1
@@ -279,6 +291,31 @@ class InprocNetwork:
         end = node.ends.get(port) if port is not None else None
         return end.peer if end is not None else None
 
+    # ------------------------------------------------------------------ measured (what a fault's confirmation reads)
+
+    def answers(self, name: str) -> bool:
+        """Whether ``name``'s router runs (alive and not held): a frozen or dead node answers nothing."""
+        node = self.nodes.get(name)
+        return node is not None and node.alive and name not in self.held
+
+    def peer_keys(self, name: str) -> frozenset[bytes]:
+        """The keys ``name``'s router lists as up peers (its control plane, not the links' bookkeeping)."""
+        return frozenset(p.key for p in self.nodes[name].router.peers.values() if p.up)
+
+    def carries(self, a: str, b: str) -> bool:
+        """Whether a frame ``a`` writes now onto a link to ``b`` arrives: an up link end from ``a`` to ``b``, whose
+        receiving router runs and whose sender's router names ``b`` on that port."""
+        src = self.nodes.get(a)
+        if src is None or not self.answers(b):
+            return False
+        peers = src.router.peers
+        return any(e.up and e.peer == b and e.port in peers and peers[e.port].up for e in src.ends.values())
+
+    def ends_between(self, a: str, b: str) -> list[LinkEnd]:
+        """The up link ends from ``a`` to ``b``."""
+        node = self.nodes.get(a)
+        return [e for e in node.ends.values() if e.up and e.peer == b] if node is not None else []
+
     # ------------------------------------------------------------------ faults (what the chaos backend drives)
 
     def flush(self, node: SimNode) -> None:
@@ -319,6 +356,7 @@ class InprocNetwork:
         for end in self.links[link_id]:
             end_rng = random.Random(rng.getrandbits(64))
             end.shaper = shaper(end_rng) if shaper is not None else self._default_shaper(end_rng)
+            end.factory = shaper
             end.sized = sized
             end.link_class = link_class
 
@@ -327,6 +365,7 @@ class InprocNetwork:
         (at time +inf, in order) until :meth:`release`; frames sent to it later queue behind them, as a TCP
         stream buffers them. Its peers notice nothing until they time it out (:meth:`drop_peerings`)."""
         self.nodes[name].timer_at = math.inf  # the pending timer entry goes stale; release re-arms it
+        self.held.add(name)
         heap = self._heap
         changed = False
         for k, (t, tie, kind, item) in enumerate(heap):
@@ -366,6 +405,7 @@ class InprocNetwork:
         """Thaw the held node ``name``: the frames held for it arrive now, in the order they were sent; it
         learns that its peers dropped the peerings on ``dropped_ports`` (EOF) and its timer is re-armed."""
         now = self.now
+        self.held.discard(name)
         heap = self._heap
         held = sorted((tie, item) for t, tie, kind, item in heap
                       if kind == _FRAME and t == math.inf and item[0].peer == name)  # fmt: skip
@@ -470,6 +510,7 @@ class InprocNetwork:
                 arrival = end.last_arrival
             end.last_arrival = arrival
             push(heap, (arrival, next(tie), _FRAME, (end, data)))
+        node.frames_out += len(out.sends)
         if out.events and self.on_event is not None:
             for kind, fields in out.events:
                 self.on_event(node, kind, fields, now)

@@ -22,6 +22,7 @@ from typing import Any, assert_never
 from node.core.variants import VariantSpec
 
 from orchestrator.chaos.backend import ChaosBackend
+from orchestrator.chaos.confirm import Confirmer
 from orchestrator.chaos.scenario import (
     Adversary, AnyStep, Check, Churn, Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Note, Partition, Pause,
     RemoveNode, Restart, Resume, Scenario, Traffic, Wait, _LinkStep, _NodeStep,
@@ -46,19 +47,21 @@ class StepApplier:
     scenario: Scenario
     rng: random.Random
     act: Act
+    #: the step's confirmations (orchestrator.chaos.confirm), told of each fault the moment it takes effect
+    confirm: Confirmer | None = None
 
     async def apply(self, step: AnyStep) -> Applied:
         """Do ``step``; raises TargetError when a target cannot be resolved on the live graph."""
         b = self.backend
         match step:
             case Kill():
-                return await self._each_node(step, "kill_root" if step.target == "root" else "kill", b.kill)
+                return await self._each_node(step, "kill_root" if step.target == "root" else "kill", b.kill, "silenced")
             case Restart():
-                return await self._each_node(step, "restart", b.restart)
+                return await self._each_node(step, "restart", b.restart, "back")
             case Pause():
                 return await self._pause(step)
             case Resume():
-                return await self._each_node(step, "resume", b.resume)
+                return await self._each_node(step, "resume", b.resume, "back")
             case RemoveNode():
                 return await self._remove_node(step)
             case Partition():
@@ -66,6 +69,8 @@ class StepApplier:
             case Heal():
                 back = await b.heal()
                 self.act("heal", None, {"links": [f"{x}--{y}" for x, y in back]})
+                if self.confirm is not None:
+                    await self.confirm.restored(back, "heal")
                 return [], f"{len(back)} link(s) restored"
             case LinkDown() | LinkUp():
                 return await self._link_down_up(step)
@@ -75,6 +80,8 @@ class StepApplier:
                 x, y = await self._link(step)
                 await b.link_change(x, y, step.link_class, step.shaping)
                 self.act("link_change", f"{x}--{y}", {"class": step.link_class, "shaping": step.shaping})
+                if self.confirm is not None:
+                    await self.confirm.shaped(x, y, step.link_class, step.shaping)
                 return [[x, y]], None
             case Churn():
                 return await self._churn(step)
@@ -147,21 +154,28 @@ class StepApplier:
 
     # ------------------------------------------------------------------ node faults
 
-    async def _each_node(self, step: _NodeStep, action: str, fault: Callable[[str], Awaitable[None]]) -> Applied:
+    async def _each_node(self, step: _NodeStep, action: str, fault: Callable[[str], Awaitable[None]],
+                         effect: str, for_s: float | None = None) -> Applied:  # fmt: skip
+        """``fault`` on each node of the step; ``effect`` (``silenced`` or ``back``) is what its confirmation expects."""
         names = await self._nodes(step)  # a name is used alive or not; a role is resolved on the live graph
         for n in names:
             self.act(action, n, None)
             await fault(n)
+        if self.confirm is not None:
+            await (self.confirm.silenced(names, action, for_s) if effect == "silenced" else
+                   self.confirm.back(names, action))  # fmt: skip
         return names, None
 
     async def _pause(self, step: Pause) -> Applied:
         b = self.backend
-        names, _ = await self._each_node(step, "pause", b.pause)
+        names, _ = await self._each_node(step, "pause", b.pause, "silenced", step.for_s)
         if step.for_s:
             await b.sleep(step.for_s)
             for n in names:
                 self.act("resume", n, None)
                 await b.resume(n)
+            if self.confirm is not None:
+                await self.confirm.back(names, "resume")
         return names, None
 
     async def _remove_node(self, step: RemoveNode) -> Applied:
@@ -171,6 +185,8 @@ class StepApplier:
         done = await b.remove_node(step.target)
         if done:
             self.act("kill", step.target, {"remove": True})
+            if self.confirm is not None:
+                await self.confirm.silenced([step.target], "remove_node")
         return [step.target], None if done else "not running: nothing to remove"
 
     async def _churn(self, step: Churn) -> Applied:
@@ -192,6 +208,9 @@ class StepApplier:
                 await b.sleep(wait)
             self.act(op, name, {"churn": True})
             await (b.kill(name) if op == "kill" else b.restart(name))
+            if self.confirm is not None:
+                await (self.confirm.silenced([name], "churn: kill") if op == "kill" else
+                       self.confirm.back([name], "churn: restart"))  # fmt: skip
         rest = start + step.duration_s - b.now()
         if rest > 0:
             await b.sleep(rest)
@@ -203,18 +222,25 @@ class StepApplier:
             await b.add_node(step.node, step.peers, step.link_class, step.adversary,
                              VariantSpec.parse(step.variant) if step.variant else None)  # fmt: skip
             self.act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary})
+            if self.confirm is not None:
+                await self.confirm.back([step.node], "join")
             return [step.node], None
         assert step.link is not None  # Join's validator: a node or a link
         x, y = step.link
         await b.link_up(x, y, step.link_class)
         self.act("join", f"{x}--{y}", {"class": step.link_class})
+        if self.confirm is not None:
+            await self.confirm.restored([(x, y)], "join")
         return [[x, y]], None
 
     async def _adversary(self, step: Adversary) -> Applied:
         names = await self._nodes(step)
+        before = await self.backend.drop_counts(names) if self.confirm is not None else {}
         for n in names:
             await self.backend.adversary(n, dict(step.drop), step.peer)
             self.act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
+        if self.confirm is not None:
+            await self.confirm.dropping(names, before)
         return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
 
     # ------------------------------------------------------------------ link faults
@@ -223,6 +249,8 @@ class StepApplier:
         groups = await self._groups(step)
         cut = await self.backend.partition(groups)
         self.act("partition", None, {"groups": [sorted(g) for g in groups], "links": [f"{x}--{y}" for x, y in cut]})
+        if self.confirm is not None:
+            await self.confirm.cut(cut, "partition", groups)
         return [sorted(g) for g in groups], f"{len(cut)} link(s) cut"
 
     async def _link_down_up(self, step: LinkDown | LinkUp) -> Applied:
@@ -231,17 +259,24 @@ class StepApplier:
         done = await (b.link_down(x, y) if isinstance(step, LinkDown) else b.link_up(x, y))
         if done:
             self.act(step.action, f"{x}--{y}", None)
+            if self.confirm is not None:
+                await (self.confirm.cut([(x, y)], step.action) if isinstance(step, LinkDown) else
+                       self.confirm.restored([(x, y)], step.action))  # fmt: skip
         return [[x, y]], None if done else "no such link: nothing to do"
 
     async def _flap(self, step: Flap) -> Applied:
         b = self.backend
         x, y = await self._link(step)
-        for _ in range(step.count):
+        for i in range(step.count):
             await b.link_down(x, y)
             self.act("link_down", f"{x}--{y}", {"flap": True})
+            if i == 0 and self.confirm is not None:
+                await self.confirm.cut([(x, y)], "flap: down", within_s=step.period_s / 2)
             await b.sleep(step.period_s / 2)
             await b.link_up(x, y)
             self.act("link_up", f"{x}--{y}", {"flap": True})
+            if i == step.count - 1 and self.confirm is not None:
+                await self.confirm.restored([(x, y)], "flap: up")
             await b.sleep(step.period_s / 2)
         return [[x, y]], f"{step.count} flap(s) of {step.period_s:g} s"
 

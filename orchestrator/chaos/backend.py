@@ -11,11 +11,12 @@ docstring says how it differs (docs/chaos.md has the table).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import networkx as nx
 import trio
@@ -25,7 +26,27 @@ from node.core.variants import VariantSpec
 from orchestrator.chaos.checker import NodeState, PingOutcome
 
 __all__ = ["BackgroundTraffic", "ChaosBackend", "Converged", "DeferredRemoval", "Lifecycle", "LinkFaults", "NodeFaults",
-           "Observation", "TrafficSample"]
+           "Observation", "PLANTS", "PLANT_ENV", "TrafficSample", "planted_defect"]
+
+#: TEST ONLY: the environment variable that plants a defect in a backend (never set by default; tests set it to
+#: show that a fault that did not happen comes out ``invalid`` and a stall ``stuck``)
+PLANT_ENV = "SNEKBED_CHAOS_PLANT"
+#: the defects a backend can be planted with: "restart_keeps_state" (in process), "ignore_partition",
+#: "pause_noop", "link_change_noop" (the fault is reported done and not done), "stall[=NODE]" (in process: NODE,
+#: by default the highest key, never accepts a bootstrap)
+PLANTS = ("restart_keeps_state", "ignore_partition", "pause_noop", "link_change_noop", "stall")
+
+
+def planted_defect(given: str | None) -> tuple[str | None, str | None]:
+    """TEST ONLY: the defect planted in a backend, ``given`` (a constructor's argument) or else $SNEKBED_CHAOS_PLANT:
+    ``(name, node)`` (node for ``stall=NODE``), ``(None, None)`` when none. Raises ValueError for an unknown one."""
+    text = given if given is not None else os.environ.get(PLANT_ENV) or None
+    if text is None:
+        return None, None
+    name, _, node = text.partition("=")
+    if name not in PLANTS:
+        raise ValueError(f"unknown planted defect {text!r} (known: {', '.join(PLANTS)})")
+    return name, node or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +167,43 @@ class Observation(Protocol):
 
     async def ping(self, pairs: list[tuple[str, str]], modes: tuple[str, ...], timeout_s: float) -> list[PingOutcome]:
         """Ping every pair in every mode, concurrently; wait for each answer or its timeout."""
+        ...
+
+    # What a fault's confirmation reads (orchestrator.chaos.confirm): measured on the nodes and the links,
+    # whatever the backend believes it did. In process none of these waits on anything (``beside`` runs them on
+    # the event heap); on Docker they ask the nodes' admin APIs.
+
+    async def peer_keys(self, names: Iterable[str]) -> dict[str, frozenset[bytes] | None]:
+        """Control plane: the keys each node's router lists as up peers; None for a node that does not answer
+        (dead, frozen), asked whether or not the backend thinks it is live."""
+        ...
+
+    async def frames_sent(self, names: Iterable[str]) -> dict[str, int | None]:
+        """Data plane: frames each node has written onto its links so far; None where that is not counted."""
+        ...
+
+    async def probe(self, pairs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
+        """Data plane, link by link: whether a frame ``a`` writes onto its link to ``b`` arrives now, for each pair
+        (in process on the in-memory link, without sending one; on Docker a datagram from ``a``'s container to
+        ``b``'s address on their link, answered by ``b``'s kernel, so the nodes see nothing)."""
+        ...
+
+    async def measure_link(self, a: str, b: str, link_class: str | None,
+                           shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
+        """The link ``a``--``b`` measured against what a link change asked (``link_class``, None for the link's
+        class as it is, with ``shaping``'s fields over its shape), with the links check's tolerances
+        (orchestrator.tools.links_check): ``{"pass": bool | None, "checks": {...}, "how": str}``; ``pass`` None when
+        it cannot be measured here (says why)."""
+        ...
+
+    async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
+        """Frames each node's adversary has dropped so far; None where that is not counted."""
+        ...
+
+    def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
+        """Call ``poll()`` now and every ``every_s`` of backend time after, until it returns True or the backend's
+        clock passes ``until``, beside the run and without disturbing it (in process: passive calls on the event
+        heap, each run to its end at once; on Docker: a task in the run's nursery)."""
         ...
 
 

@@ -29,7 +29,7 @@ import networkx as nx
 from orchestrator.chaos.scenario import INVARIANTS
 
 __all__ = ["Invariant", "NodeState", "PingOutcome", "Reconvergence", "TransientWatch", "evaluate", "out_of_order",
-           "verdict_of"]
+           "run_verdict", "verdict_of"]
 
 _MAX_NAMED = 6
 
@@ -42,6 +42,8 @@ class NodeState:
     root: bytes
     descending: bytes | None
     internal_errors: int = 0
+    #: the keys its router lists as up peers (what a fault's confirmation compares against: orchestrator.chaos.confirm)
+    peers: frozenset[bytes] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +56,29 @@ class PingOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Reconvergence:
+    """Seconds from a fault to tree and snake convergence (None: not converged), against ``bound_s``. The runner
+    may watch past the bound, up to ``horizon_s``, to tell a slow re-convergence from a stuck one."""
+
     tree_s: float | None
     snake_s: float | None
     bound_s: float
+    horizon_s: float | None = None
+
+    @property
+    def took_s(self) -> float | None:
+        return None if self.tree_s is None or self.snake_s is None else max(self.tree_s, self.snake_s)
+
+    @property
+    def pace(self) -> str:
+        """``within`` the bound, ``slow`` (converged after it, within the horizon) or ``stuck`` (not converged when
+        the runner stopped watching)."""
+        took = self.took_s
+        return "within" if took is not None and took <= self.bound_s else "slow" if took is not None else "stuck"
+
+    def to_dict(self) -> dict[str, Any]:
+        took = self.took_s
+        return {"pace": self.pace, "took_s": None if took is None else round(took, 3), "bound_s": self.bound_s,
+                "horizon_s": self.horizon_s}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -218,9 +240,13 @@ def _internal_errors(states: Mapping[str, NodeState], errors_before: Mapping[str
 def _reconverged(r: Reconvergence | None) -> Invariant:
     if r is None:
         return Invariant("reconverged_within_bound", True, detail="no fault to re-converge from", evaluated=False)
-    held = r.tree_s is not None and r.snake_s is not None and max(r.tree_s, r.snake_s) <= r.bound_s
+    pace = r.pace
     detail = f"tree {_secs(r.tree_s)}, snake {_secs(r.snake_s)}, bound {r.bound_s:.1f} s"
-    return Invariant("reconverged_within_bound", held, detail=detail)
+    if pace == "slow":
+        detail = f"slow: re-converged {r.took_s:.2f} s after the fault, after its bound; " + detail
+    elif pace == "stuck" and r.horizon_s is not None:
+        detail = f"stuck: not re-converged within {r.horizon_s:.1f} s of the fault; " + detail
+    return Invariant("reconverged_within_bound", pace == "within", detail=detail)
 
 
 def _secs(s: float | None) -> str:
@@ -229,6 +255,13 @@ def _secs(s: float | None) -> str:
 
 def verdict_of(invariants: Mapping[str, Invariant]) -> str:
     return "pass" if all(i.ok for i in invariants.values()) else "fail"
+
+
+def run_verdict(step_verdicts: Iterable[str]) -> str:
+    """A run's verdict from its steps': ``invalid`` when a fault was not confirmed (the run proves nothing about
+    it), else ``fail`` when a step failed, else ``pass``."""
+    got = set(step_verdicts)
+    return "invalid" if "invalid" in got else "fail" if got - {"pass"} else "pass"
 
 
 @dataclass(slots=True)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +59,8 @@ from orchestrator.backends.shaping import Endpoint, apply_endpoint
 from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_docker_run
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
-from orchestrator.chaos.backend import ChaosBackend, Converged, DeferredRemoval, TrafficSample
+from orchestrator.chaos import docker_confirm as measured
+from orchestrator.chaos.backend import ChaosBackend, Converged, DeferredRemoval, TrafficSample, planted_defect
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.targets import TargetError
 
@@ -150,6 +151,11 @@ class DockerChaos(ChaosBackend):
         self.prometheus_image = prometheus_image  # --monitoring: Prometheus for the run, scraping ``metrics`` too
         self.metrics = metrics
         self.monitoring: RunMonitoring | None = None
+        #: each link's class as link_change left it (what a confirmation measures it against)
+        self.link_classes = {frozenset((ln.a, ln.b)): ln.link_class for ln in topology.links}
+        #: TEST ONLY, never on by default ($SNEKBED_CHAOS_PLANT, backend.planted_defect): "ignore_partition",
+        #: "pause_noop", "link_change_noop": the fault is reported done and not done (its confirmation finds out)
+        self.planted, _ = planted_defect(None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -299,9 +305,32 @@ class DockerChaos(ChaosBackend):
         out = {}
         for name, doc in (await self._states_docs()).items():
             desc = doc.get("descending")
+            peers = frozenset(bytes.fromhex(p["key"]) for p in doc.get("peers", []))
             out[name] = NodeState(bytes.fromhex(doc["public_key"]), bytes.fromhex(doc["root"]["key"]),
-                                  bytes.fromhex(desc) if desc else None, int(doc.get("internal_errors", 0)))  # fmt: skip
+                                  bytes.fromhex(desc) if desc else None, int(doc.get("internal_errors", 0)),
+                                  peers)  # fmt: skip
         return out
+
+    # what a fault's confirmation reads (orchestrator.chaos.confirm; docker_confirm): the nodes and their links
+
+    async def peer_keys(self, names: Iterable[str]) -> dict[str, frozenset[bytes] | None]:
+        return await measured.peer_keys(self, names)
+
+    async def frames_sent(self, names: Iterable[str]) -> dict[str, int | None]:
+        return {n: None for n in names}  # silence is judged by a ping that goes unanswered
+
+    async def probe(self, pairs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
+        return await measured.probe(self, pairs, timeout_s)
+
+    async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
+        return await measured.drop_counts(self, names)
+
+    async def measure_link(self, a: str, b: str, link_class: str | None,
+                           shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
+        return await measured.measure_link(self, a, b, link_class, shaping)
+
+    def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
+        measured.beside(self, poll, every_s, until)
 
     async def parents(self) -> dict[str, str | None]:
         assert self.session is not None
@@ -441,6 +470,10 @@ class DockerChaos(ChaosBackend):
     async def link_change(self, a: str, b: str, link_class: str | None, shaping: dict[str, float] | None) -> None:
         assert self._admin is not None and self.session is not None
         body: dict[str, Any] = {"class": link_class, "shaping": shaping or {}}
+        if link_class is not None:
+            self.link_classes[frozenset((a, b))] = link_class
+        if self.planted == "link_change_noop":
+            return  # TEST ONLY: reported changed, and left as it was
         for x, y in ((a, b), (b, a)):
             if x in self.reference_nodes:  # no userspace shaper: the kernel part from the host, the rest reported
                 await trio.to_thread.run_sync(self._reshape_reference_end, x, y, link_class, shaping or {})
@@ -477,6 +510,9 @@ class DockerChaos(ChaosBackend):
         cut = [ln for ln in self.plan.links
                if ln.a in side and ln.b in side and side[ln.a] != side[ln.b] and ln.index not in self.down_links]
         self.cut_links.update(ln.index for ln in cut)
+        if self.planted == "ignore_partition":  # TEST ONLY: reported cut, and left up
+            self.down_links.update(ln.index for ln in cut)
+            return [(ln.a, ln.b) for ln in cut]
         await _all_at_once([lambda i=ln.index: self._disconnect(i) for ln in cut])
         return [(ln.a, ln.b) for ln in cut]
 
@@ -493,7 +529,8 @@ class DockerChaos(ChaosBackend):
         if name in self.stopped or name in self.removed:
             return
         if name in self.paused:
-            await self._docker(self.docker.api.unpause, self._cid(name))
+            if self.planted != "pause_noop":
+                await self._docker(self.docker.api.unpause, self._cid(name))
             self.paused.discard(name)
         await self._docker(self.docker.kill, self.run.run_id, name)
         self.stopped.add(name)
@@ -520,13 +557,15 @@ class DockerChaos(ChaosBackend):
     async def pause(self, name: str) -> None:
         self._no_host(name, "pause")
         if name in self._live():
-            await self._docker(self.docker.api.pause, self._cid(name))
+            if self.planted != "pause_noop":  # TEST ONLY when it is: reported paused, and it runs on
+                await self._docker(self.docker.api.pause, self._cid(name))
             self.paused.add(name)
 
     async def resume(self, name: str) -> None:
         self._no_host(name, "resume")
         if name in self.paused:
-            await self._docker(self.docker.api.unpause, self._cid(name))
+            if self.planted != "pause_noop":
+                await self._docker(self.docker.api.unpause, self._cid(name))
             self.paused.discard(name)
 
     async def remove_node(self, name: str) -> bool:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-
 from typing import Any
 
 import networkx as nx
@@ -45,7 +45,8 @@ from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
 from orchestrator.sessions.sim import link_options
 from orchestrator.model.topology import Topology
-from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
+from orchestrator.chaos import inproc_observe as measured
+from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample, planted_defect
 from orchestrator.chaos.checker import NodeState, PingOutcome
 
 __all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
@@ -85,11 +86,11 @@ class InprocChaos(ChaosBackend):
         come up (InprocNetwork); 0 boots them all in one instant, their timers in lockstep."""
         self.topology = topology
         self.seed = seed
-        #: TEST ONLY: a deliberate defect the tests of the random nemesis must find. "restart_keeps_state":
-        #: a restarted node keeps its old router (stale peers, parent and routes) instead of starting fresh.
-        if planted_bug not in (None, "restart_keeps_state"):
-            raise ValueError(f"unknown planted bug {planted_bug!r}")
-        self.planted_bug = planted_bug
+        #: TEST ONLY, never on by default: a deliberate defect the tests must catch (backend.planted_defect: the
+        #: argument, else $SNEKBED_CHAOS_PLANT). "restart_keeps_state": a restarted node keeps its old router;
+        #: "ignore_partition", "pause_noop", "link_change_noop": the fault is reported done and not done (its
+        #: confirmation must find it out); "stall[=NODE]": NODE (default: the highest key) never accepts a bootstrap.
+        self.planted_bug, self.planted_on = planted_defect(planted_bug)
         detail_events = detail_events or record is not None
         nodes = topology.node_names if topology is not None else []
         key_seeds = {n.name: n.seed_bytes(seed) for n in topology.nodes if n.key_seed} if topology is not None else {}
@@ -173,6 +174,9 @@ class InprocChaos(ChaosBackend):
             self.recorder.start(self.net)
             self.net.on_frame = self.recorder.on_frame
             self.on_event = self.recorder.on_event
+        if self.planted_bug == "stall":  # TEST ONLY: one node never accepts a bootstrap
+            stalled = self.planted_on or max(self.net.nodes, key=lambda n: self.net.nodes[n].key)
+            self.net.nodes[stalled].router.set_adversary({"bootstrap": 100.0})
         self.net.start()  # every router's first outputs; the links come from the specs, below
         for i in range(len(self.specs)):
             self._make(i)
@@ -242,7 +246,32 @@ class InprocChaos(ChaosBackend):
         return views
 
     async def states(self) -> dict[str, NodeState]:
-        return {n: NodeState(v.key, v.root, v.descending, 0) for n, v in self._views().items()}
+        net = self.net
+        return {n: NodeState(v.key, v.root, v.descending, 0, net.peer_keys(n)) for n, v in self._views().items()}
+
+    # what a fault's confirmation reads (orchestrator.chaos.confirm; inproc_observe): passive, on the network
+
+    async def peer_keys(self, names: Iterable[str]) -> dict[str, frozenset[bytes] | None]:
+        return measured.peer_keys(self.net, names)
+
+    async def frames_sent(self, names: Iterable[str]) -> dict[str, int | None]:
+        return measured.frames_sent(self.net, names)
+
+    async def probe(self, pairs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
+        return measured.probe(self.net, pairs)
+
+    async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
+        return measured.drop_counts(self.net, names)
+
+    async def measure_link(self, a: str, b: str, link_class: str | None,
+                           shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
+        specs = self._specs_between(a, b)
+        lc = resolve_class(link_class or (self.specs[specs[0]][2] if specs else "pipe"))
+        shape = LinkShape(**{**lc.shape.model_dump(), **dict(shaping or {})}) if shaping else lc.shape
+        return measured.measure_link(self.net, a, b, shape, self.seed)
+
+    def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
+        measured.beside(self.net, poll, every_s, until)
 
     async def parents(self) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
@@ -440,7 +469,7 @@ class InprocChaos(ChaosBackend):
             opts = self._class_options(new_cls, shaping)
             self.specs[i] = (x, y, new_cls, opts)
             lid = self.made.get(i)
-            if lid is not None:
+            if lid is not None and self.planted_bug != "link_change_noop":
                 self.net.reshape(lid, new_cls, opts.get("shaper"), bool(opts.get("sized")))
         await self.sleep(0)
 
@@ -450,7 +479,8 @@ class InprocChaos(ChaosBackend):
         for i, (a, b, _, _) in enumerate(self.specs):
             if a in side and b in side and side[a] != side[b] and i not in self.cut and i not in self.down:
                 out.append((a, b))
-                self._unmake(i, "partition")
+                if self.planted_bug != "ignore_partition":
+                    self._unmake(i, "partition")
                 self.cut.add(i)
         await self.sleep(0)
         return out
@@ -527,6 +557,8 @@ class InprocChaos(ChaosBackend):
         if not node.alive or name in self.paused:
             return
         self.paused[name] = []
+        if self.planted_bug == "pause_noop":
+            return  # TEST ONLY: reported paused, and it runs on
         self.net.hold(name)
         gen = object()
         self._pause_gen[name] = gen

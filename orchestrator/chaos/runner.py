@@ -30,8 +30,11 @@ from node.core.snek import EXPIRY_S
 from orchestrator.tools.monitoring import FAULT_KINDS, RunMetrics
 from orchestrator.model.observe import NodeView, check_convergence
 from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
-from orchestrator.chaos.checker import Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, verdict_of
+from orchestrator.chaos.checker import (
+    Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, run_verdict, verdict_of,
+)  # fmt: skip
 from orchestrator.chaos.apply import StepApplier
+from orchestrator.chaos.confirm import Confirmer
 from orchestrator.chaos.scenario import AnyStep, Check, Scenario, Wait
 from orchestrator.chaos.targets import TargetError, sample_pairs
 from orchestrator.chaos.window import wait_and_settle
@@ -50,6 +53,10 @@ TRANSIENT_S = EXPIRY_S + Timers().bootstrap_interval_s + Timers().maintain_inter
 #: how often a transient is read again (ChaosRun._recheck)
 RECHECK_POLL_S = 0.5
 WATCH_S = 1.0  # how often the run's metrics (RunMetrics) re-read the live graph and the nodes' state
+#: a fault whose network has not re-converged within its bound is watched up to this many bounds after it: one that
+#: converges by then is ``slow``, one that does not is ``stuck`` (docs/chaos.md, "Slow against stuck")
+HORIZON_BOUNDS = 3.0
+CONFIRM_POLL_S = 0.5  # how often a fault's confirmation reads the nodes (orchestrator.chaos.confirm)
 
 
 @dataclass
@@ -111,9 +118,9 @@ class ChaosRun:
             await b.sleep(sc.traffic.timeout_s + 0.5)  # the last background pings answer or time out
         samples = b.traffic_samples()
         traffic = self._traffic_summary(samples)
-        verdict = "pass" if all(s["verdict"] == "pass" for s in self.steps) else "fail"
+        verdict = run_verdict(s["verdict"] for s in self.steps)
         failed = [s["index"] for s in self.steps if s["verdict"] != "pass"]
-        return {
+        out = {
             "scenario": sc.name,
             "backend": b.name,
             "seed": self.seed,
@@ -123,6 +130,10 @@ class ChaosRun:
             "traffic": traffic,
             "protocol_time_s": round(b.now() - t0, 3),
         }
+        for key, which in (("invalid_steps", "invalid"), ("slow_steps", "slow"), ("stuck_steps", "stuck")):
+            out[key] = [s["index"] for s in self.steps
+                        if s["verdict"] == which or s.get("reconvergence", {}).get("pace") == which]  # fmt: skip
+        return out
 
     def _traffic_on(self, rate: float, n_pairs: int) -> None:
         sc = self.scenario
@@ -159,8 +170,10 @@ class ChaosRun:
         rec: dict[str, Any] = {"index": i, "action": step.action, "targets": [], "at_s": round(at, 3)}
         if step.note:
             rec["note"] = step.note
-        errors_before = {n: s.internal_errors for n, s in (await b.states()).items()}
+        before = await b.states()
+        errors_before = {n: s.internal_errors for n, s in before.items()}
         self._act("step", None, {"index": i, "action": step.action})
+        confirm = self.applier.confirm = Confirmer(b, before, CONFIRM_POLL_S)
         try:
             targets, detail = await self.applier.apply(step)
         except TargetError as exc:
@@ -180,35 +193,17 @@ class ChaosRun:
             if not conv.converged:
                 rec["detail"] = f"not converged within {step.within_s:g} s"
         elif step.wants_check():
-            settle = self.scenario.settle_s if step.settle_s is None else step.settle_s
-            modes = self.scenario.traffic.modes if self.scenario.traffic is not None else ("snek", "tree")
-            conv, window = await wait_and_settle(b, step, bound, settle, fault_end, len(modes))
-            graph = b.live_graph()
-            states = await b.states()
-            t_read = b.now()
-            pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)
-            timeout = window.ping_timeout_s(5.0, len(modes))
-            pings = await b.ping(pairs, modes, timeout) if timeout is not None else []
-            reconv = None
-            if not isinstance(step, Check) or step.reconvergence:
-                reconv = Reconvergence(conv.tree_s, conv.snake_s, bound)
-            inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
-                           expect=step.expect)  # fmt: skip
-            transient = [n for n in TRANSIENT_INVARIANTS if not inv[n].ok and inv[n].expected]
-            others_ok = all(v.ok for k, v in inv.items() if k not in TRANSIENT_INVARIANTS)
-            if transient and others_ok and not window.cut_short:
-                inv = await self._recheck(step, inv, transient, (graph, states, t_read), pings, errors_before, reconv)  # fmt: skip
-                rec["transient"] = [n for n in transient if inv[n].ok]
-                graph, states = b.live_graph(), await b.states()
-            inv = window.judge(inv, step.expect)
-            if window.within_s is not None:
-                rec["check_window"], rec["_check_s"] = window.to_dict(), b.now() - fault_end
-            rec["invariants"] = {k: v.to_dict() for k, v in inv.items()}
-            rec["verdict"] = verdict_of(inv)
-            rec["live_nodes"] = len(states)
-            rec["components"] = nx.number_connected_components(graph.subgraph(states)) if states else 0
+            conv = await self._check(step, rec, fault_end, bound, errors_before)
         else:
             rec["verdict"] = "pass"
+        confirmed = await confirm.settled(None if step.check_within_s is None else fault_end + step.check_within_s)
+        if "_check_s" in rec:
+            rec["_check_s"] = b.now() - fault_end
+        if confirmed is not None:
+            rec["confirmed"] = confirmed.to_dict()
+            if confirmed.ok is False:
+                rec["verdict"] = "invalid"
+                rec["invalid"] = f"fault not confirmed: {confirmed.how}"
         rec.setdefault("invariants", {})
         rec["tree_converged_s"] = None if conv is None or conv.tree_s is None else round(conv.tree_s, 3)
         rec["snake_converged_s"] = None if conv is None or conv.snake_s is None else round(conv.snake_s, 3)
@@ -218,6 +213,46 @@ class ChaosRun:
         got = [x for x in b.traffic_samples() if x.t >= t_lo]
         rec["delivery"] = {"sent": len(got), "delivered": sum(x.delivered for x in got)}
         return rec
+
+    async def _check(self, step: AnyStep, rec: dict[str, Any], fault_end: float, bound: float,
+                     errors_before: dict[str, int]) -> Converged:  # fmt: skip
+        """The checker after a fault: wait for re-convergence (when the step expects it, past the bound up to
+        HORIZON_BOUNDS bounds: slow against stuck) and the settle window, read, ping, evaluate; into ``rec``."""
+        b = self.backend
+        settle = self.scenario.settle_s if step.settle_s is None else step.settle_s
+        modes = self.scenario.traffic.modes if self.scenario.traffic is not None else ("snek", "tree")
+        late = step.expect.get("reconverged_within_bound", True) and step.check_within_s is None and (
+            not isinstance(step, Check) or step.reconvergence)  # watched past the bound: slow against stuck
+        horizon = round(HORIZON_BOUNDS * bound, 1) if late else bound
+        conv, window = await wait_and_settle(b, step, horizon, settle, fault_end, len(modes))
+        graph = b.live_graph()
+        states = await b.states()
+        t_read = b.now()
+        pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)
+        timeout = window.ping_timeout_s(5.0, len(modes))
+        pings = await b.ping(pairs, modes, timeout) if timeout is not None else []
+        reconv = None
+        if not isinstance(step, Check) or step.reconvergence:
+            reconv = Reconvergence(conv.tree_s, conv.snake_s, bound, horizon if late else None)
+            if late and reconv.pace != "within":
+                rec["reconvergence"] = reconv.to_dict()
+        inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
+                       expect=step.expect)  # fmt: skip
+        transient = [n for n in TRANSIENT_INVARIANTS if not inv[n].ok and inv[n].expected]
+        others_ok = all(v.ok for k, v in inv.items() if k not in TRANSIENT_INVARIANTS)
+        if transient and others_ok and not window.cut_short:
+            inv = await self._recheck(step, inv, transient, (graph, states, t_read), pings, errors_before,
+                                    reconv)  # fmt: skip
+            rec["transient"] = [n for n in transient if inv[n].ok]
+            graph, states = b.live_graph(), await b.states()
+        inv = window.judge(inv, step.expect)
+        if window.within_s is not None:
+            rec["check_window"], rec["_check_s"] = window.to_dict(), b.now() - fault_end
+        rec["invariants"] = {k: v.to_dict() for k, v in inv.items()}
+        rec["verdict"] = verdict_of(inv)
+        rec["live_nodes"] = len(states)
+        rec["components"] = nx.number_connected_components(graph.subgraph(states)) if states else 0
+        return conv
 
     async def _recheck(self, step: AnyStep, first: dict[str, Invariant], names: list[str],
                        reading: tuple[nx.Graph, dict[str, NodeState], float], pings: list[PingOutcome],

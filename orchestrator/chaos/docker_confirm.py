@@ -1,0 +1,180 @@
+"""What a fault's confirmation measures on Docker (orchestrator.chaos.confirm), through the nodes and their links.
+
+* control plane: each node's ``GET /state`` (its up peers' keys), asked whatever the run believes of the node;
+* data plane, link by link: a datagram from one end's container to the other end's address on their link's
+  network, to the discard port: the far kernel answers (port unreachable, or anything) when the link carries,
+  nothing answers when it is cut. The nodes see nothing of it. Where a container cannot be reached from this
+  engine (a host node, a swarm task elsewhere), a ping through the overlay instead;
+* a link's shape: the links check (orchestrator.tools.links_check) on the link, against the new shape, with its
+  tolerances (RTT by node pings; loss and rate where the kernel shapes them);
+* an adversary's drops: ``snek_dropped_frames{reason="adversary"}`` of the node's own /metrics, read inside its
+  container.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import trio
+
+from contract.links import LinkShape, resolve_class
+from netem.measure import MeasureError, exec_python
+from orchestrator.backends.docker_plan import NODE_METRICS_PORT
+from orchestrator.backends.shaping import load_record
+from orchestrator.tools.links_check import CheckOptions, Side, check_link
+
+#: the Docker chaos backend these functions read (orchestrator.chaos.docker_backend.DockerChaos, which imports them)
+DockerChaos = Any
+
+__all__ = ["beside", "drop_counts", "measure_link", "peer_keys", "probe"]
+
+_UDP_PROBE = r"""
+import json, socket, sys
+a = json.loads(sys.argv[1])
+out = []
+for ip in a["ips"]:
+    ok = False
+    for _ in range(a["tries"]):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(a["timeout_s"])
+        try:
+            s.connect((ip, 9))
+            s.send(b"snekbed-confirm")
+            s.recv(64)
+            ok = True
+        except ConnectionRefusedError:
+            ok = True
+        except OSError:
+            pass
+        finally:
+            s.close()
+        if ok:
+            break
+    out.append(ok)
+print(json.dumps({"reached": out}))
+"""
+
+_DROPS = r"""
+import json, sys, urllib.request
+a = json.loads(sys.argv[1])
+text = urllib.request.urlopen(a["url"], timeout=3).read().decode()
+n = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("snek_dropped_frames") and 'reason="adversary"' in line)
+print(json.dumps({"dropped": n}))
+"""
+
+
+async def peer_keys(d: DockerChaos, names: Iterable[str]) -> dict[str, frozenset[bytes] | None]:
+    assert d._admin is not None
+    names = list(names)
+    docs = await trio.to_thread.run_sync(d._admin.states, names)
+    return {n: None if docs.get(n) is None else frozenset(bytes.fromhex(p["key"]) for p in docs[n].get("peers", []))
+            for n in names}  # fmt: skip
+
+
+def _container(d: DockerChaos, name: str) -> Any:
+    if name in d.hosts:
+        return None
+    try:
+        return d.docker.client.containers.get(d._cid(name))
+    except Exception:  # a task on another swarm node, a container gone: no exec from here
+        return None
+
+
+def _link_ip(d: DockerChaos, a: str, b: str) -> str | None:
+    assert d.plan is not None
+    for ln in d.plan.links:
+        if {ln.a, ln.b} == {a, b}:
+            return ln.net.members.get(b)
+    return None
+
+
+def _probe_one(d: DockerChaos, a: str, b: str, timeout_s: float) -> bool | None:
+    """The datagram probe from ``a``'s container to ``b`` over their link; None when it cannot be run here."""
+    ip = _link_ip(d, a, b)
+    box = _container(d, a)
+    if ip is None or box is None:
+        return None
+    try:
+        got = exec_python(box, _UDP_PROBE, {"ips": [ip], "tries": 3, "timeout_s": timeout_s / 3}, what="link probe")
+    except MeasureError:
+        return None
+    return bool(got["reached"][0])
+
+
+async def probe(d: DockerChaos, pairs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
+    out: list[bool | None] = [None] * len(pairs)
+
+    async def one(i: int, a: str, b: str) -> None:
+        out[i] = await trio.to_thread.run_sync(_probe_one, d, a, b, timeout_s)
+
+    async with trio.open_nursery() as nursery:
+        for i, (a, b) in enumerate(pairs):
+            nursery.start_soon(one, i, a, b)
+    todo = [i for i, x in enumerate(out) if x is None]
+    if todo:  # no container to probe from: a ping through the overlay
+        pinged = await d.ping([pairs[i] for i in todo], ("snek",), timeout_s)
+        for i, p in zip(todo, pinged):
+            out[i] = p.delivered
+    return [bool(x) for x in out]
+
+
+async def drop_counts(d: DockerChaos, names: Iterable[str]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for n in names:
+        box = None if n in d.reference_nodes else _container(d, n)
+        if box is None:
+            out[n] = None
+            continue
+        url = f"http://127.0.0.1:{NODE_METRICS_PORT}/metrics"
+        try:
+            got = await trio.to_thread.run_sync(lambda box=box: exec_python(box, _DROPS, {"url": url}, what="drops"))
+            out[n] = int(got["dropped"])
+        except MeasureError:
+            out[n] = None
+    return out
+
+
+def _measure(d: DockerChaos, a: str, b: str, shape: LinkShape, link_class: str) -> dict[str, Any]:
+    assert d.plan is not None and d.session is not None
+    boxes = [_container(d, n) for n in (a, b)]
+    if None in boxes or a in d.reference_nodes or b in d.reference_nodes:
+        return {"pass": None, "how": f"{a}--{b}: an end is not a snekbed container on this engine"}
+    metrics = ["rtt"]
+    if d.shaping_backend != "userspace":  # the kernel shapes loss and rate: datagrams and a transfer see them
+        metrics += ["loss"] + (["rate"] if shape.rate_mbit is not None else [])
+    sides = [Side(n, box, str(_link_ip(d, m, n)), d.session.keys.get(n)) for n, m, box in ((a, b, boxes[0]),
+                                                                                               (b, a, boxes[1]))]
+    record = load_record(d.run.path / "shaping.json")
+    res = check_link(f"{a}--{b}", link_class, shape, d.shaping_backend, sides[0], sides[1],
+                     capabilities=record.capabilities if record else {}, where={},
+                     options=CheckOptions(metrics=tuple(metrics), rtt_samples=30, loss_probes=1000, transfer_s=1.0,
+                                          rate_attempts=2))  # fmt: skip
+    said = ", ".join(f"{m} {'pass' if c.get('pass') else 'FAILED'}" + (f" ({c['error']})" if c.get("error") else "")
+                     for m, c in res.checks.items())  # fmt: skip
+    left = "" if len(metrics) == 3 else f"; not measured: {', '.join(sorted({'loss', 'rate'} - set(metrics)))} " \
+                                        f"({d.shaping_backend} shaping is applied by the nodes to their own frames)"
+    return {"pass": res.passed, "checks": res.checks, "got": res.got,
+            "how": f"the links check on the link: {said}; got {res.got}{left}"}
+
+
+async def measure_link(d: DockerChaos, a: str, b: str, link_class: str | None,
+                       shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
+    cls = link_class or d.link_classes.get(frozenset((a, b))) or "pipe"
+    base = resolve_class(cls, d.topology.classes or None).shape
+    shape = LinkShape(**{**base.model_dump(), **dict(shaping or {})}) if shaping else base
+    return await trio.to_thread.run_sync(_measure, d, a, b, shape, cls)
+
+
+def beside(d: DockerChaos, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
+    async def loop() -> None:
+        while True:
+            t = time.monotonic()
+            if await poll() or time.monotonic() >= until:
+                return
+            await trio.sleep(max(0.0, every_s - (time.monotonic() - t)))
+
+    assert d._nursery is not None
+    d._nursery.start_soon(loop)

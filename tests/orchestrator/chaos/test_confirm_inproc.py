@@ -1,0 +1,150 @@
+"""Confirmed faults and slow against stuck, in process (virtual clock): every fault step records ``confirmed``; a
+backend planted with a fault it silently does not do (test-only switches) comes out ``invalid`` with exit 3, not
+pass; a planted stall comes out ``stuck``, a late convergence ``slow``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import pytest
+import trio
+import trio.testing
+
+from orchestrator.chaos.backend import PLANT_ENV
+from orchestrator.chaos.checker import Reconvergence, evaluate
+from orchestrator.chaos.inproc_backend import InprocChaos
+from orchestrator.chaos.runner import run_scenario
+from orchestrator.chaos.scenario import Scenario, parse_scenario_yaml
+from orchestrator.model.generators import ring
+from orchestrator.model.topology import Topology
+from tests.ci import REPO
+
+RING = ring(8)
+
+
+def _run(topology: Topology | None, scenario: Scenario, seed: int = 0, **kw: Any) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        return await run_scenario(InprocChaos(topology, seed=seed, **kw), scenario, seed=seed)
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def _scenario(steps: str, name: str = "t") -> Scenario:
+    return parse_scenario_yaml(f"name: {name}\nsettle_s: 1\ntraffic: null\nsteps:\n{steps}")
+
+
+EVERY_FAULT = """\
+  - {action: wait, until: converged, within_s: 120}
+  - {action: kill, target: n03}
+  - {action: restart, target: n03}
+  - {action: pause, target: n05, for_s: 8}
+  - {action: partition, groups: [[n01, n02, n03, n04], [rest]]}
+  - {action: heal}
+  - {action: link_down, link: [n01, n02]}
+  - {action: link_up, link: [n01, n02]}
+  - {action: flap, link: [n02, n03], period_s: 1, count: 2}
+  - {action: link_change, link: [n04, n05], class: bluetooth}
+  - {action: remove_node, target: n07}
+  - {action: adversary, target: n06, drop: {bootstrap: 100}, check: false}
+"""
+
+
+def test_every_fault_step_is_confirmed_and_says_how() -> None:
+    out = _run(RING, _scenario(EVERY_FAULT), seed=1)
+    faults = [s for s in out["steps"] if s["action"] != "wait"]
+    for s in faults:
+        c = s["confirmed"]
+        assert c["ok"] is True, (s["index"], s["action"], c)
+        assert c["latency_s"] is not None and c["latency_s"] >= 0 and c["how"], c
+    by = {s["action"]: s["confirmed"]["how"] for s in faults}
+    assert "former peer(s) dropped the peering" in by["kill"] and "wrote no frame" in by["kill"]
+    assert "peered with" in by["restart"] and "a probe from" in by["restart"]
+    assert "resume n05" in by["pause"]  # the pause confirmed while paused, and the node back after it
+    assert by["pause"].count("former peer(s) dropped the peering") == 1
+    assert "cut link(s)" in by["partition"] and "inside the sides still peered and carrying" in by["partition"]
+    assert "peered at both ends again" in by["heal"]
+    assert "rtt" in by["link_change"] and "FAILED" not in by["link_change"]
+    assert "dropped" in by["adversary"]
+    assert out["verdict"] == "pass" and out["invalid_steps"] == []
+
+
+def test_a_pause_is_confirmed_by_its_peers_after_the_keepalive_deadline() -> None:
+    out = _run(RING, _scenario(EVERY_FAULT), seed=1)
+    pause = next(s for s in out["steps"] if s["action"] == "pause")
+    assert 5.0 <= pause["confirmed"]["latency_s"] <= 6.0  # the 5 s peer timeout, read every 0.5 s
+
+
+@pytest.mark.parametrize(("plant", "steps", "action"), [
+    ("ignore_partition", "  - {action: partition, groups: [[n01, n02, n03, n04], [rest]]}\n", "partition"),
+    ("pause_noop", "  - {action: pause, target: n02, for_s: 10}\n", "pause"),
+    ("link_change_noop", "  - {action: link_change, link: [n01, n02], class: bluetooth}\n", "link_change"),
+])  # fmt: skip
+def test_a_fault_the_backend_silently_skips_makes_the_step_and_the_run_invalid(plant: str, steps: str,
+                                                                              action: str) -> None:  # fmt: skip
+    sc = _scenario("  - {action: wait, until: converged, within_s: 120}\n" + steps)
+    honest = _run(RING, sc, seed=2)
+    assert honest["verdict"] == "pass", honest
+    out = _run(RING, sc, seed=2, planted_bug=plant)
+    step = next(s for s in out["steps"] if s["action"] == action)
+    assert step["verdict"] == "invalid", step
+    assert step["confirmed"]["ok"] is False and "not confirmed within" in step["confirmed"]["how"]
+    assert step["invalid"].startswith("fault not confirmed")
+    assert out["verdict"] == "invalid" and out["invalid_steps"] == [step["index"]]
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=600, env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def test_snekbed_chaos_exits_3_for_an_unconfirmed_partition(tmp_path: Path) -> None:
+    topo = tmp_path / "ring.yaml"
+    topo.write_text(json.dumps(RING.to_record()))
+    sc = tmp_path / "cut.yaml"
+    sc.write_text("name: cut\nsettle_s: 1\ntraffic: null\nsteps:\n"
+                  "  - {action: wait, until: converged, within_s: 120}\n"
+                  "  - {action: partition, by: halves}\n")  # fmt: skip
+    ok = _cli(str(sc), "--topology", str(topo), "--json")
+    assert ok.returncode == 0, ok.stderr
+    bad = _cli(str(sc), "--topology", str(topo), "--json", env={PLANT_ENV: "ignore_partition"})
+    assert bad.returncode == 3, bad.stderr
+    doc = json.loads(bad.stdout)
+    assert doc["verdict"] == "invalid" and doc["invalid_steps"] == [1]
+    assert "cut link(s) still peered" in doc["steps"][1]["invalid"]
+
+
+# -- slow against stuck ------------------------------------------------------------------------------
+
+
+def test_the_checker_tells_slow_from_stuck() -> None:
+    within = Reconvergence(4.0, 12.0, 50.0, 150.0)
+    slow = Reconvergence(4.0, 61.3, 59.0, 177.0)
+    stuck = Reconvergence(4.0, None, 59.0, 177.0)
+    assert (within.pace, slow.pace, stuck.pace) == ("within", "slow", "stuck")
+    r = evaluate(_graph(), {}, reconvergence=slow)["reconverged_within_bound"]
+    assert not r.ok and r.detail.startswith("slow: re-converged 61.30 s after the fault")
+    r = evaluate(_graph(), {}, reconvergence=stuck)["reconverged_within_bound"]
+    assert not r.ok and r.detail.startswith("stuck: not re-converged within 177.0 s")
+    r = evaluate(_graph(), {}, reconvergence=Reconvergence(4.0, None, 59.0))["reconverged_within_bound"]
+    assert r.detail == "tree 4.00 s, snake not converged, bound 59.0 s"  # not watched past the bound: as before
+
+
+def _graph() -> nx.Graph:
+    return nx.Graph()
+
+
+def test_a_planted_stall_comes_out_stuck() -> None:
+    sc = _scenario("  - {action: kill, target: n03}\n")
+    out = _run(RING, sc, seed=3, planted_bug="stall")  # the highest key never accepts a bootstrap
+    step = out["steps"][0]
+    assert step["verdict"] == "fail" and step["confirmed"]["ok"] is True
+    rc = step["reconvergence"]
+    assert rc["pace"] == "stuck" and rc["took_s"] is None and rc["horizon_s"] == pytest.approx(3 * rc["bound_s"], 0.01)
+    assert step["invariants"]["reconverged_within_bound"]["detail"].startswith("stuck:")
+    assert out["stuck_steps"] == [0] and out["slow_steps"] == [] and out["verdict"] == "fail"
