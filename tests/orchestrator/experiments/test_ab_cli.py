@@ -54,3 +54,52 @@ def test_ab_names_a_bad_spec() -> None:
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "ab", "--a", "snek", "--b", "snek,colour=red",
                            "--scenario", "demo"], capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "unknown knob 'colour'" in done.stderr, done.stderr
+
+
+SLOW_START = """\
+name: slow-start
+description: the network must converge within 12 s of its start; then the root is killed
+settle_s: 1
+traffic: {rate_per_s: 2, pairs: 4, timeout_s: 2}
+steps:
+  - {action: wait, until: converged, within_s: 12}
+  - {action: kill, target: root}
+  - {action: wait, s: 1}
+"""
+
+
+def test_an_arm_that_never_converges_in_some_seeds_is_counted_not_dropped(tmp_path: Path) -> None:
+    """Arm b bootstraps every 30 s: in some seeds its snake is not ordered 12 s after the start (the first step
+    fails, and the root kill opens the next episode), in others it is. Those seeds' start convergence is censored
+    in arm b, and counted: every seed is a pair of start_snake_s."""
+    need_module("pyspark", "snekbed ab analyses its runs with Spark")
+    scenario = tmp_path / "slow-start.yaml"
+    scenario.write_text(SLOW_START)
+    out = tmp_path / "ab"
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "ab", "--a", "snek", "--b", "snek,bootstrap_interval=30",
+         "--scenario", str(scenario), "--topology", str(REPO / "compose" / "topologies" / "line-5.yaml"),
+         "--seeds", "6", "--out", str(out), "--master", "local[2]", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=1500,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    manifest = json.loads((out / "ab.json").read_text())
+    late = sorted(r["seed"] for r in manifest["runs"] if r["arm"] == "b" and r["steps"][0]["verdict"] == "fail")
+    assert late and len(late) < 6, "the plant: arm b misses the start bound in some seeds, not all"
+    assert all(r["steps"][0]["verdict"] == "pass" for r in manifest["runs"] if r["arm"] == "a")
+    assert {f"b-s{s}" for s in late} <= set(doc["runs_failed"])
+    m = doc["metrics"]["start_snake_s"]
+    assert m["n_pairs"] == 6 and m["n_dropped"] == 0, m  # before: 6 - len(late) pairs
+    assert m["censored"] == {"a": [], "b": late} and m["n_censored"] == len(late), m
+    for seed, a, b in m["pairs"]:
+        if seed in late:  # b counts as the time it was watched (about 12 s), more than a took
+            assert 12.0 <= b < 20.0 and a < b, (seed, a, b)
+    assert m["diff"] > 0
+    # six pairs: said before the runs, and kept in the JSON
+    assert any("only when every seed moves the same way" in w for w in doc["warnings"]), doc["warnings"]
+    assert doc["alpha"] == 0.05 and manifest["warnings"] == doc["warnings"][: len(manifest["warnings"])]
+    assert "warning: 6 seeds give 6 pairs" in done.stderr
+    md = (out / "analysis" / "report.md").read_text()
+    [row] = [line for line in md.splitlines() if line.startswith("| start_snake_s |")]
+    assert f"| 6 | {len(late)} (b: {', '.join(map(str, late))}) | 0 |" in row, row
