@@ -20,6 +20,7 @@ from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.scenario import AnyStep, Scenario, parse_scenario_yaml
+from tests.ci import need_module
 
 #: one step of every action, and the backend calls and actions.jsonl lines it makes on the fake below
 EVERY_ACTION = """\
@@ -200,12 +201,11 @@ def _members(proto: type) -> set[str]:
 def test_each_backend_implements_each_protocol_itself(proto: type) -> None:
     """Every member is the backend's own (a backend subclasses ChaosBackend, so a member it forgot would be the
     protocol's stub, which does nothing)."""
-    backends: list[type] = [InprocChaos]
-    if pytest.importorskip("docker"):
-        from orchestrator.chaos.docker_backend import DockerChaos
-        from orchestrator.chaos.swarm_backend import SwarmChaos
+    need_module("docker", "the Docker SDK (the docker extra) for the Docker and swarm chaos backends")
+    from orchestrator.chaos.docker_backend import DockerChaos
+    from orchestrator.chaos.swarm_backend import SwarmChaos
 
-        backends += [DockerChaos, SwarmChaos]
+    backends: list[type] = [InprocChaos, DockerChaos, SwarmChaos]
     assert _members(proto)
     assert _members(protocols.ChaosBackend) >= _members(proto)
     for cls in backends:

@@ -129,7 +129,7 @@ def test_field_errors_name_the_field_and_line(tmp_path: Path) -> None:
         tmp_path, "f.yaml", GOOD_HEAD.replace("variant: legacy", "variant: sneky") + "  - {a: a, b: c, colour: red}\n"
     )
     assert [(p.line, p.field) for p in err.problems] == [(6, "nodes[2].variant"), (9, "links[1].colour")]
-    assert err.problems[0].message == "unknown variant 'sneky' (known: legacy, snek, snek-s0)"
+    assert err.problems[0].message == "unknown variant 'sneky' (known: legacy, pinecone, snek, snek-s0)"
     assert err.problems[1].message == "unknown field"
 
 
