@@ -1,13 +1,18 @@
-"""``snekbed ab --a SPEC --b SPEC --scenario FILE [--topology FILE] [--seeds N] [--backend inproc|docker]
+"""``snekbed ab --a SPEC --b SPEC --scenario FILE [--topology FILE] [--seeds N] [--alpha A] [--backend inproc|docker]
 [--out DIR] [--json]``: an A/B experiment of two protocol variants under identical chaos (orchestrator.experiments.ab),
 analysed with the Spark pipeline (pipeline.jobs.ab).
 
+Before any run it warns (stderr, and ``warnings`` in the JSON and ``OUT/ab.json``) when N seeds cannot reach
+``p <= alpha`` with the exact paired sign-flip test (smallest p 2/2^N), and goes on. A seed where an arm never
+converged counts, censored (docs/variants.md, "What an A/B experiment can conclude").
+
 Output: ``OUT/ab.json`` (the manifest of runs), ``OUT/runs/`` (every run directory), ``OUT/analysis/``
 (tables, report.html with the A/B section, and ``ab.json``: per metric ``a``, ``b``, ``diff``, ``ci_low``,
-``ci_high``, ``significant``, ``better``). ``--json`` prints ``{"experiment", "a", "b", "seeds", "runs",
-"metrics": {...}, "out", "report", "wall_s"}``. Exit 0 when the experiment ran, whichever arm is better and
-even when runs failed a chaos check (``runs_failed`` names them: a variant that breaks an invariant is a
-result); 1 when the analysis failed; 2 for a bad spec, scenario or topology.
+``ci_high``, ``significant``, ``better``, ``n_pairs``, ``n_censored``, ``n_dropped``). ``--json`` prints
+``{"experiment", "a", "b", "seeds", "runs", "metrics": {...}, "out", "report", "wall_s", "alpha", "warnings"}``.
+Exit 0 when the experiment ran, whichever arm is better, even when runs failed a chaos check (``runs_failed``
+names them: a variant that breaks an invariant is a result) and whatever the warnings; 1 when the analysis
+failed; 2 for a bad spec, scenario or topology.
 """
 
 from __future__ import annotations
