@@ -164,7 +164,7 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
 
     def progress(arm: str, seed: int, run: dict[str, Any]) -> None:
         if not as_json:
-            reconv = [s.get("snake_converged_s") for s in run["steps"][1:]]
+            reconv = [t for t, _ in _fault_steps(run)]
             shown = " ".join("never" if r is None else f"{r:.1f}" for r in reconv)
             click.echo(f"seed {seed:>3} arm {arm} ({run['spec']}): {run['verdict']}, snake re-convergence [{shown}] s, "
                        f"{run['wall_s']:.1f} s", err=True)
