@@ -310,7 +310,7 @@ class Confirmer:
         sent = await b.frames_sent(names)
         for n in names:
             peers_too = for_s is None or for_s > PEER_DEADLINE_S + self.poll_s
-            within = PEER_DEADLINE_S + 2 * self.poll_s + 2.0 if peers_too else max(SILENCE_S, for_s or 0) - self.poll_s
+            within = PEER_DEADLINE_S + 2 * self.poll_s + 5.0 if peers_too else max(SILENCE_S, for_s or 0) - self.poll_s
             self._start(_Silenced(f"{action} {n}", b.now(), max(within, SILENCE_S), node=n, key=self.keys.get(n),
                                   peers=self._peers_of(n), sent0=sent.get(n), peers_too=peers_too))  # fmt: skip
 
