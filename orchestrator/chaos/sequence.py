@@ -96,14 +96,14 @@ def translate(text: str, *, file: str | None = None, name: str | None = None) ->
             continue
         if cmd in FAULT_COMMANDS:
             step["check"] = True
-            window = _gap_after(events, i)
-            if window is not None:
-                step["check_within_s"] = window
         if cmd in ("RemoveNode", "RemovePeer"):
             out.removals.add(len(steps))
         if ext:
             out.extended[len(steps)] = set(ext)
             step.update(ext)
+        window = _gap_after(events, i) if step.get("check") is True else None
+        if window is not None:  # checked (a fault, or any command the extension asks it for): by the next command
+            step["check_within_s"] = window
         step["after_s"] = pending_after
         pending_after = 0.0
         steps.append(step)

@@ -149,3 +149,13 @@ def test_the_reference_ignores_the_extension_where_it_goes(tmp_path: Path) -> No
     assert not _reference_would_play(inside)
     docs = (REPO / "docs" / "chaos.md").read_text()
     assert f'"{EXTENSION_KEY}"' in docs and "Reference sequences judged" in docs
+
+
+def test_any_command_the_extension_asks_a_check_for_is_checked_by_the_next_command() -> None:
+    events = [add("A"), add("B"), {**peer("AddPeer", "A", "B"), EXTENSION_KEY: {"check": True}}, delay(3000),
+              {**peer("RemovePeer", "A", "B"), EXTENSION_KEY: {"check": False}}, delay(1000), add("C")]  # fmt: skip
+    sc = parse_reference_sequence(json.dumps({"EventSequence": events}))
+    addpeer, removepeer = sc.steps[2], sc.steps[3]
+    assert addpeer.wants_check() and addpeer.check_within_s == 3.0
+    assert not removepeer.wants_check() and removepeer.check_within_s is None
+    assert not sc.steps[0].wants_check() and sc.steps[-1].action == "check" and sc.steps[-1].reconvergence
