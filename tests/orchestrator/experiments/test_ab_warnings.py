@@ -64,7 +64,8 @@ def test_enough_seeds_say_nothing(monkeypatch, tmp_path, seeds):
 
 def _run(seed: int, arm: str, reconv: list[float | None], bound: float = 40.0) -> dict:
     steps = [{"index": 0, "action": "wait", "snake_converged_s": 1.0, "bound_s": None}]
-    steps += [{"index": i + 1, "action": "kill", "snake_converged_s": t, "bound_s": bound} for i, t in enumerate(reconv)]
+    steps += [{"index": i + 1, "action": "kill", "snake_converged_s": t, "bound_s": bound}
+              for i, t in enumerate(reconv)]
     return {"seed": seed, "arm": arm, "steps": steps}
 
 
