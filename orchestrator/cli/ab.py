@@ -51,8 +51,8 @@ CHECKER_METRIC = Metric("checker_snake_reconverged_mean_s", True,
 
 
 def _fault_steps(run: dict[str, Any]) -> list[tuple[float | None, float | None]]:
-    """(snake re-convergence, bound watched) of each fault step of a run, the first step (the start) aside."""
-    return [(s.get("snake_converged_s"), s.get("bound_s")) for s in run["steps"][1:]
+    """(snake re-convergence, seconds watched) of each fault step of a run, the first step (the start) aside."""
+    return [(s.get("snake_converged_s"), s.get("watched_s", s.get("bound_s"))) for s in run["steps"][1:]
             if s.get("action") not in ("wait", "check")]  # fmt: skip
 
 
@@ -75,7 +75,8 @@ def _checker_pair(a: list, b: list) -> tuple[float, float, str] | None:
 def checker_comparison(manifest: dict[str, Any], confidence: float = CONFIDENCE) -> dict[str, Any] | None:
     """The same paired statistics on what the chaos checker measured live (the manifest's per-step snake
     re-convergence): a cross-check of the pipeline's event-derived numbers. A step that never re-converged
-    counts, censored at its bound, as the pipeline counts an episode that never converged."""
+    counts, censored at the time it was watched (its bound, or the checker's horizon past it), as the pipeline
+    counts an episode that never converged."""
     steps = {(r["seed"], r["arm"]): _fault_steps(r) for r in manifest["runs"]}
     pairs: list[tuple[int, float, float]] = []
     censored: dict[str, list[int]] = {"a": [], "b": []}

@@ -60,21 +60,25 @@ _BOUND = re.compile(r"bound (\d+(?:\.\d+)?)")
 
 
 def _bound_s(rec: dict[str, Any]) -> float | None:
-    """The re-convergence bound a step was watched for: the record's ``bound_s``, else the one its
+    """The re-convergence bound of a step: the record's ``bound_s`` or ``reconvergence.bound_s``, else the one its
     ``reconverged_within_bound`` detail names (the lower end of a range); None without one."""
-    if rec.get("bound_s") is not None:
-        return float(rec["bound_s"])
+    for where in (rec, rec.get("reconvergence") or {}):
+        if where.get("bound_s") is not None:
+            return float(where["bound_s"])
     detail = (rec.get("invariants") or {}).get("reconverged_within_bound", {}).get("detail", "")
     m = _BOUND.search(detail or "")
     return float(m.group(1)) if m else None
 
 
 def _step_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    """What the manifest keeps of one chaos step record (with ``bound_s``: how long its re-convergence was
-    watched, which a step that never re-converged is censored at)."""
+    """What the manifest keeps of one chaos step record, with ``bound_s`` and ``watched_s`` (how long its
+    re-convergence was watched: what a step that never re-converged is censored at)."""
     keep = ("index", "action", "at_s", "verdict", "tree_converged_s", "snake_converged_s", "live_nodes", "components")
     out = {k: rec.get(k) for k in keep if k in rec}
     out["bound_s"] = _bound_s(rec)
+    # how long re-convergence was watched: past the bound up to the horizon when the checker tells slow from stuck
+    horizon = (rec.get("reconvergence") or {}).get("horizon_s")
+    out["watched_s"] = float(horizon) if horizon is not None else out["bound_s"]
     out["targets"] = [str(t) for t in rec.get("targets", [])]
     if "delivery" in rec:
         out["delivery"] = rec["delivery"]

@@ -90,3 +90,7 @@ def test_the_manifest_keeps_the_bound_a_step_was_watched_for():
     assert _step_summary(rec)["bound_s"] == 59.0
     assert _step_summary({**rec, "bound_s": 33.5})["bound_s"] == 33.5
     assert _step_summary({"index": 0, "action": "wait"})["bound_s"] is None
+    # stuck: watched past the bound up to the checker's horizon, which it is censored at
+    stuck = {**rec, "reconvergence": {"pace": "stuck", "took_s": None, "bound_s": 40.0, "horizon_s": 120.0}}
+    assert (_step_summary(stuck)["bound_s"], _step_summary(stuck)["watched_s"]) == (40.0, 120.0)
+    assert _step_summary(rec)["watched_s"] == 59.0
