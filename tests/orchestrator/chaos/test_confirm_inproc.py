@@ -148,3 +148,27 @@ def test_a_planted_stall_comes_out_stuck() -> None:
     assert rc["pace"] == "stuck" and rc["took_s"] is None and rc["horizon_s"] == pytest.approx(3 * rc["bound_s"], 0.01)
     assert step["invariants"]["reconverged_within_bound"]["detail"].startswith("stuck:")
     assert out["stuck_steps"] == [0] and out["slow_steps"] == [] and out["verdict"] == "fail"
+
+
+class _TightBound(InprocChaos):
+    """A backend whose re-convergence bound is far too tight: every convergence after a fault comes late."""
+
+    def reconvergence_bound_s(self, margin_s: float) -> float:
+        return 4.0
+
+
+def test_a_convergence_after_its_bound_is_slow_with_the_time_it_took() -> None:
+    sc = _scenario("  - {action: wait, until: converged, within_s: 120}\n  - {action: kill, target: root}\n")
+
+    async def main() -> dict[str, Any]:
+        return await run_scenario(_TightBound(RING, seed=4), sc, seed=4)
+
+    out = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    step = out["steps"][1]
+    rc = step["reconvergence"]
+    assert rc["pace"] == "slow" and rc["took_s"] > rc["bound_s"] == 4.0 and rc["horizon_s"] == 12.0
+    assert rc["took_s"] == pytest.approx(max(step["tree_converged_s"], step["snake_converged_s"]), abs=1e-3)
+    inv = step["invariants"]
+    assert not inv["reconverged_within_bound"]["ok"]
+    assert inv["reconverged_within_bound"]["detail"].startswith(f"slow: re-converged {rc['took_s']:.2f} s after")
+    assert out["slow_steps"] == [1] and out["stuck_steps"] == [] and step["verdict"] == "fail"
