@@ -71,6 +71,13 @@ def _chaos(scenario: str, topology: Path, image: str, runs: Path, *extra: str) -
     return out, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
 
 
+def _left(client: object, runs: Path) -> str:
+    """What the runs under ``runs`` left on the engine (removed now): every run directory is looked at, so a run whose
+    command died before it printed its document is cleaned up too."""
+    ids = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+    return "; ".join(filter(None, (left_behind(client, run_id) for run_id in ids)))
+
+
 def _verdicts(out: dict[str, Any]) -> str:
     """Every step's verdict and every invariant's, one line per step (printed, and the assertions' message)."""
     lines = [f"{out.get('scenario', '?')}: {out.get('verdict')}  traffic {out.get('traffic', {}).get('delivered')}/"
@@ -105,25 +112,25 @@ def _check_run(out: dict[str, Any], said: str, references: set[str]) -> None:
 @pytest.mark.parametrize("scenario", ["demo", "flap", "pause-root", "partition-heal"])
 def test_mixed_mesh12_passes_the_shipped_scenario(client: object, image: str, reference_ready: None, tmp_path: Path,
                                                   scenario: str) -> None:  # fmt: skip
-    out, said = _chaos(scenario, _topology(tmp_path, "mixed"), image, tmp_path / "runs")
     try:
+        out, said = _chaos(scenario, _topology(tmp_path, "mixed"), image, tmp_path / "runs")
         print(_verdicts(out))
         _check_run(out, said, {f"n{i:02d}" for i in range(2, 13, 2)})
     finally:
-        left = left_behind(client, Path(out["run_dir"]).name) if out.get("run_dir") else ""
+        left = _left(client, tmp_path / "runs")
     assert not left, left
 
 
 def test_all_reference_mesh12_passes_root_kill_x3(client: object, image: str, reference_ready: None,
                                                  tmp_path: Path) -> None:  # fmt: skip
-    out, said = _chaos("root-kill-x3", _topology(tmp_path, "reference"), image, tmp_path / "runs")
     try:
+        out, said = _chaos("root-kill-x3", _topology(tmp_path, "reference"), image, tmp_path / "runs")
         print(_verdicts(out))
         _check_run(out, said, {f"n{i:02d}" for i in range(1, 13)})
         kills = [s for s in out["steps"] if s["action"] == "kill"]
         assert len(kills) == 3 and len({str(s["targets"]) for s in kills}) == 3, kills  # three different roots
     finally:
-        left = left_behind(client, Path(out["run_dir"]).name) if out.get("run_dir") else ""
+        left = _left(client, tmp_path / "runs")
     assert not left, left
 
 
@@ -141,8 +148,8 @@ def test_every_other_fault_works_on_reference_nodes(client: object, image: str, 
     topo.write_text(Topology.from_data({"name": "ring-6-mixed", "nodes": nodes, "links": links}).to_yaml())
     sc = tmp_path / "faults.yaml"
     sc.write_text(FAULTS)
-    out, said = _chaos(str(sc), topo, image, tmp_path / "runs")
     try:
+        out, said = _chaos(str(sc), topo, image, tmp_path / "runs")
         print(_verdicts(out))
         assert out.get("verdict") == "pass", _verdicts(out) + "\n" + said
         assert [s["action"] for s in out["steps"]] == ["wait", "restart", "link_change", "adversary", "wait",
@@ -160,5 +167,5 @@ def test_every_other_fault_works_on_reference_nodes(client: object, image: str, 
         started = (run_dir / "events" / "r7.jsonl").read_text()
         assert '"node_started"' in started and '"pinecone-' in started  # the joining node is a reference node
     finally:
-        left = left_behind(client, Path(out["run_dir"]).name) if out.get("run_dir") else ""
+        left = _left(client, tmp_path / "runs")
     assert not left, left
