@@ -1,5 +1,8 @@
 """``snekbed chaos SCENARIO [--topology FILE] [--backend inproc|docker|swarm] [--seed N] [--record DIR] [--json]``.
 
+``--repeat N`` runs it N times and reports the agreement per step (orchestrator.chaos.repeat); ``--shrink``
+delta-debugs a failing reference sequence (orchestrator.chaos.shrink).
+
 Exit codes: 0 when every step passed, 1 when one failed (the JSON names it), 2 for a
 bad scenario or topology file (the message names the file, line and field), 3 when a fault was not
 confirmed (the verdict ``invalid``: the run proves nothing about it).
@@ -143,8 +146,6 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
         click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
                    + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
     sys.exit(EXIT_CODES.get(out["verdict"], 1))
-
-
 
 
 def _modes(scenario: str | None, repeat_n: int | None, shrink: bool, shrink_out: Path | None,
