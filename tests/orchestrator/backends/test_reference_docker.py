@@ -84,8 +84,10 @@ def _verdicts(out: dict[str, Any]) -> str:
              f"{out.get('traffic', {}).get('sent')}"]
     for s in out.get("steps", []):
         inv = " ".join(f"{k}={'ok' if v['ok'] else 'FAIL'}" for k, v in s.get("invariants", {}).items())
+        conf = s.get("confirmed") or {}
+        said = f" | confirmed {conf.get('ok')}: {conf.get('how')}" if conf and conf.get("ok") is not True else ""
         lines.append(f"  #{s['index']} {s['action']:<11} {s['verdict']:<5} tree {s.get('tree_converged_s')} snake "
-                     f"{s.get('snake_converged_s')} | {inv}")
+                     f"{s.get('snake_converged_s')} | {inv}{said}")
     return "\n".join(lines)
 
 
