@@ -239,7 +239,7 @@ class StepApplier:
         for n in names:
             await self.backend.adversary(n, dict(step.drop), step.peer)
             self.act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
-        if self.confirm is not None:
+        if self.confirm is not None and any(v > 0 for v in step.drop.values()):  # lifting drops nothing to count
             await self.confirm.dropping(names, before)
         return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
 

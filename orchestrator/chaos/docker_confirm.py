@@ -8,7 +8,7 @@
 * a link's shape: the links check (orchestrator.tools.links_check) on the link, against the new shape, with its
   tolerances (RTT by node pings; loss and rate where the kernel shapes them);
 * an adversary's drops: ``snek_dropped_frames{reason="adversary"}`` of the node's own /metrics, read inside its
-  container.
+  container (a reference node's too: it serves the series under the same name, and its image has python3).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ async def probe(d: DockerChaos, pairs: list[tuple[str, str]], timeout_s: float) 
 async def drop_counts(d: DockerChaos, names: Iterable[str]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for n in names:
-        box = None if n in d.reference_nodes else _container(d, n)
+        box = _container(d, n)  # a reference node counts them too, under the same name (docs/interop.md)
         if box is None:
             out[n] = None
             continue
