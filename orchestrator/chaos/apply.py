@@ -235,7 +235,7 @@ class StepApplier:
 
     async def _adversary(self, step: Adversary) -> Applied:
         names = await self._nodes(step)
-        before = await self.backend.drop_counts(names) if self.confirm is not None else {}
+        before = await self.confirm.drops_before(names) if self.confirm is not None else {}
         for n in names:
             await self.backend.adversary(n, dict(step.drop), step.peer)
             self.act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})

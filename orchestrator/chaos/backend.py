@@ -271,4 +271,8 @@ class LinkFaults(Protocol):
 
 
 class ChaosBackend(Lifecycle, Observation, BackgroundTraffic, NodeFaults, LinkFaults, Protocol):
-    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all five."""
+    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all five.
+    ``measures_faults``: it implements the confirmations' observation methods (a backend that does not gets every
+    fault recorded as not measured, ``ok`` None, never as confirmed)."""
+
+    measures_faults: bool = False

@@ -297,6 +297,10 @@ class Confirmer:
 
     def _start(self, e: _Expect) -> None:
         self.expects.append(e)
+        if not self.backend.measures_faults:
+            e.done = Confirmation(None, None, f"{e.what}: not measured: the {self.backend.name} backend measures no "
+                                              "fault")  # fmt: skip
+            return
         self.backend.beside(lambda: e.poll(self.backend), self.poll_s, e.t0 + e.within_s + self.poll_s)
 
     def _peers_of(self, name: str) -> tuple[str, ...]:
@@ -307,7 +311,7 @@ class Confirmer:
         """``names`` were killed, removed or paused (for ``for_s``) just now."""
         b = self.backend
         names = [n for n in names if n in self.before]  # a node that was not live has nothing to silence
-        sent = await b.frames_sent(names)
+        sent = await b.frames_sent(names) if b.measures_faults else {}
         for n in names:
             peers_too = for_s is None or for_s > PEER_DEADLINE_S + self.poll_s
             within = PEER_DEADLINE_S + 2 * self.poll_s + 5.0 if peers_too else max(SILENCE_S, for_s or 0) - self.poll_s
@@ -318,7 +322,7 @@ class Confirmer:
         """``names`` came back (restart, resume, join) just now."""
         b = self.backend
         live = b.live_graph()
-        if any(n not in self.keys for n in names):  # a node that joined: its key from its own state
+        if any(n not in self.keys for n in names) and b.measures_faults:  # a node that joined: its key from its state
             self.keys.update({n: s.key for n, s in (await b.states()).items()})
         for n in names:
             nbs = tuple(sorted(live.neighbors(n))) if n in live else ()
@@ -345,7 +349,7 @@ class Confirmer:
 
     async def restored(self, links: Sequence[tuple[str, str]], action: str) -> None:
         """``links`` were brought back just now."""
-        if any(n not in self.keys for link in links for n in link):
+        if any(n not in self.keys for link in links for n in link) and self.backend.measures_faults:
             self.keys.update({n: s.key for n, s in (await self.backend.states()).items()})
         if not links:
             return
@@ -358,6 +362,10 @@ class Confirmer:
         what = f"link_change {a}--{b}" + (f" to {link_class}" if link_class else "") + (f" {dict(shaping)}" if shaping else "")
         self._start(_Shaped(what, self.backend.now(), SHAPE_S, a=a, b=b, link_class=link_class,
                             shaping=dict(shaping or {})))  # fmt: skip
+
+    async def drops_before(self, names: Iterable[str]) -> dict[str, int | None]:
+        """The drop counters of ``names`` now, before they are made adversaries."""
+        return await self.backend.drop_counts(names) if self.backend.measures_faults else {}
 
     async def dropping(self, names: Iterable[str], before: Mapping[str, int | None]) -> None:
         """``names`` were made adversaries just now; ``before``: their drop counters just before."""

@@ -103,6 +103,7 @@ class DockerChaos(ChaosBackend):
     ``removal``, stops its nodes and leaves the removal to that thread)."""
 
     name = "docker"
+    measures_faults = True
 
     def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0, shaping: str = "auto",
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),

@@ -60,6 +60,7 @@ class InprocChaos(ChaosBackend):
     ``await start()`` inside trio."""
 
     name = "inproc"
+    measures_faults = True
 
     def __init__(
         self,
