@@ -355,12 +355,12 @@ def execute(sc: Scenario, topology: Topology | None, options: ChaosOptions | Non
     finally:
         if server is not None:
             server.close()
-    out["run_dir"] = prepared.run_dir
-    out["variant"] = str(o.variant)
     # the event trace's hash (orchestrator.chaos.trace): a promise only in process on the virtual clock
     reproducible = prepared.trace is not None and prepared.clock is not None and o.view_at is None
     out["trace_sha256"] = prepared.trace.hexdigest() if reproducible and prepared.trace is not None else None
     out["trace_lines"] = prepared.trace.lines if reproducible and prepared.trace is not None else None
+    out["run_dir"] = prepared.run_dir
+    out["variant"] = str(o.variant)
     out.update(prepared.report)
     return out
 
