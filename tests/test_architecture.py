@@ -349,3 +349,27 @@ def test_only_the_in_process_network_touches_its_private_mechanics() -> None:
             if INPROC_PRIVATE.search(line):
                 found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_every_name_the_architecture_page_gives_in_full_exists() -> None:
+    """``node.core.forward.transit_key`` and the like, in docs/architecture.md, name a real module and attribute."""
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = []
+    for name in sorted(set(re.findall(r"`((?:contract|netem|node|orchestrator|pipeline)(?:\.\w+)+)", page))):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            base = REPO.joinpath(*parts[:i])
+            if base.with_suffix(".py").exists() or (base / "__init__.py").exists():
+                break
+        module = ".".join(parts[:i])
+        source = REPO.joinpath(*parts[:i])
+        path = source / "__init__.py" if (source / "__init__.py").exists() else source.with_suffix(".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {n.name for n in ast.walk(tree)
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        defined |= {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        defined |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        if any(attr not in defined for attr in parts[i:]):
+            missing.append(f"{name} (module {module})")
+    assert not missing, "docs/architecture.md names what the code does not have:\n" + "\n".join(missing)
