@@ -77,6 +77,9 @@ def metric(text: str, name: str) -> float:
 class NodeProc:
     """One node process. ``start()`` returns once its ready file exists."""
 
+    #: how messages name the process (a subclass runs another program: tests/interop/refproc.py)
+    label = "node"
+
     def __init__(self, name: str, workdir: Path, *, extra: list[str] | None = None, tag: str = "nodetest") -> None:
         self.name = name
         self.workdir = workdir
@@ -106,9 +109,9 @@ class NodeProc:
         deadline = time.monotonic() + timeout_s
         while not self.ready_path.exists():
             if self.proc.poll() is not None:
-                raise AssertionError(f"node {self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise AssertionError(f"{self.label} {self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"node {self.name} not ready after {timeout_s} s:\n{self.log_tail()}")
+                raise AssertionError(f"{self.label} {self.name} not ready after {timeout_s} s:\n{self.log_tail()}")
             time.sleep(0.05)
         self.info = json.loads(self.ready_path.read_text())
         return self
@@ -142,6 +145,9 @@ class NodeProc:
 
     def post(self, path: str, body: dict, timeout_s: float = 60.0) -> httpx.Response:
         return self._client.post(self.admin + path, json=body, timeout=timeout_s)
+
+    def delete(self, path: str) -> httpx.Response:
+        return self._client.delete(self.admin + path)
 
     def state(self) -> dict:
         return self.get("/state")
@@ -177,7 +183,7 @@ class NodeProc:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill9()
-            raise AssertionError(f"node {self.name} ignored SIGTERM for {timeout_s} s:\n{self.log_tail()}") from None
+            raise AssertionError(f"{self.label} {self.name} ignored SIGTERM for {timeout_s} s:\n{self.log_tail()}") from None
 
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
