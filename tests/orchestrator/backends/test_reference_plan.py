@@ -5,6 +5,7 @@ ends cannot apply)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,13 @@ def test_reference_nodes_need_an_image_and_cannot_be_host_nodes(tmp_path: Path) 
     plan = plan_addresses(host, "r2", pool="10.213.0.0/16")
     with pytest.raises(DockerBackendError, match="host node a runs pinecone"):
         plan_host_launches(host, plan, run_id="r2", seed=0, events_dir=tmp_path, admin={"a": "127.0.0.1:1"})
+
+
+def test_version_says_whether_reference_nodes_can_run_here_and_why_not(tmp_path: Path) -> None:
+    here = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--version"], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)  # fmt: skip
+    line = next(x for x in here.stdout.splitlines() if x.startswith("reference nodes: "))
+    assert here.returncode == 0 and line.startswith(("reference nodes: available (", "reference nodes: not available: "))
+    missing = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--version"], capture_output=True, text=True,
+                             cwd=REPO, timeout=60, env={**os.environ, "SNEKBED_PINECONE_SRC": str(tmp_path)})  # fmt: skip
+    assert f"reference nodes: not available: {tmp_path} (SNEKBED_PINECONE_SRC) is neither" in missing.stdout
