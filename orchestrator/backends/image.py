@@ -119,9 +119,10 @@ def build_node_image(client: docker.DockerClient, *, base: str | None = None, fo
             for sub, wheels in (("deps", dep_wheels), ("project", project_wheels)):
                 for wheel in wheels:
                     shutil.copy2(wheel, ensure_dir(context / "wheels" / sub) / wheel.name)
-            built = client.images.get(_docker_build(client, context, tag=tag, base=base_tag,
-                                                    inputs_hash=inputs_hash, nocache=force, progress=progress))
-            _prune_old_images(client, repository, keep_id=built.id)
+            # only snekbed.inputs is added here: every label is one more (slow) layer commit
+            built = client.images.get(docker_build(client, context, tag=tag, base=base_tag, nocache=force,
+                                                   progress=progress, labels={LABEL_INPUTS: inputs_hash}))
+            prune_old_images(client, repository, keep_id=built.id)
         assert built is not None
         built.tag(repository, "latest")
         return ImageInfo(tag=tag, id=built.id, base=base_tag, rebuilt=rebuilt, inputs_hash=inputs_hash,
@@ -134,10 +135,11 @@ def _created_key(attrs: Mapping[str, object]) -> tuple[str, str]:
     return head, frac.ljust(9, "0")
 
 
-def _prune_old_images(client: docker.DockerClient, repository: str, *, keep_id: str,
-                      keep: int = KEEP_NODE_IMAGES) -> None:
-    """Untag all but the newest `keep` node images of `repository`; images a container uses stay."""
-    older = sorted((i for i in client.images.list(name=repository, filters={"label": f"{LABEL_IMAGE}=node"})
+def prune_old_images(client: docker.DockerClient, repository: str, *, keep_id: str,
+                     keep: int = KEEP_NODE_IMAGES, kind: str = "node") -> None:
+    """Untag all but the newest `keep` images of `repository` labelled ``snekbed.image=<kind>``; images a container
+    uses stay."""
+    older = sorted((i for i in client.images.list(name=repository, filters={"label": f"{LABEL_IMAGE}={kind}"})
                     if i.id != keep_id), key=lambda i: _created_key(i.attrs), reverse=True)[keep - 1:]
     for old in older:
         for tag in old.tags:
@@ -145,20 +147,22 @@ def _prune_old_images(client: docker.DockerClient, repository: str, *, keep_id: 
                 client.images.remove(tag)
 
 
-def _docker_build(client: docker.DockerClient, context: Path, *, tag: str, base: str, inputs_hash: str,
-                  nocache: bool, progress: Progress) -> str:
-    """Build `context` with the classic builder; return the image id. Raises ImageBuildError."""
+def docker_build(client: docker.DockerClient, context: Path, *, tag: str, base: str, nocache: bool,
+                 progress: Progress | None = None, labels: Mapping[str, str] | None = None) -> str:
+    """Build `context` (its Dockerfile takes ``BASE_IMAGE``) with the classic builder; return the image id. Raises
+    ImageBuildError with the build's log."""
     log: list[str] = []
     image_id = ""
-    try:  # only snekbed.inputs is added here: every label is one more (slow) layer commit
+    try:
         for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True, nocache=nocache,
-                                      buildargs={"BASE_IMAGE": base}, labels={LABEL_INPUTS: inputs_hash}):
+                                      buildargs={"BASE_IMAGE": base}, labels=dict(labels or {})):
             if "error" in chunk:
                 raise ImageBuildError(tag, str(chunk["error"]), log)
             if text := chunk.get("stream"):
                 log.append(text)
                 for line in filter(str.strip, text.splitlines()):
-                    progress(line)
+                    if progress is not None:
+                        progress(line)
             image_id = (chunk.get("aux") or {}).get("ID", image_id)
     except docker.errors.APIError as exc:
         raise ImageBuildError(tag, str(exc.explanation or exc), log) from exc

@@ -12,7 +12,6 @@ the binary's sha256), so it is rebuilt only when one of them changes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -22,11 +21,9 @@ import docker
 import docker.errors
 
 from orchestrator.backends.docker_plan import PROGRAMS
-from orchestrator.backends.image import ImageInfo
+from orchestrator.backends.image import ImageInfo, docker_build, prune_old_images
 from orchestrator.backends.image_base import image_exists, resolve_base
 from orchestrator.backends.image_common import (
-    LABEL_IMAGE,
-    ImageBuildError,
     ImageError,
     Progress,
     default_cache_dir,
@@ -101,30 +98,12 @@ def build_reference_image(client: docker.DockerClient, *, base: str | None = Non
 
 def _build(client: docker.DockerClient, binary: Path, dockerfile: str, tag: str, base: str, nocache: bool) -> str:
     """Build the image from a context of the Dockerfile and the binary; its id. Raises ImageBuildError."""
-    log: list[str] = []
-    image_id = ""
     with tempfile.TemporaryDirectory(prefix="snekbed-ref-ctx-") as ctx:
         (Path(ctx) / "Dockerfile").write_text(dockerfile)
         shutil.copy2(binary, Path(ctx) / REFERENCE_PROGRAM)
-        try:
-            for chunk in client.api.build(path=ctx, tag=tag, rm=True, forcerm=True, decode=True, nocache=nocache,
-                                          buildargs={"BASE_IMAGE": base}):
-                if "error" in chunk:
-                    raise ImageBuildError(tag, str(chunk["error"]), log)
-                log.append(chunk.get("stream") or "")
-                image_id = (chunk.get("aux") or {}).get("ID", image_id)
-        except docker.errors.APIError as exc:
-            raise ImageBuildError(tag, str(exc.explanation or exc), log) from exc
-    if not image_id:
-        raise ImageBuildError(tag, "the build finished without reporting an image id", log)
-    return image_id
+        return docker_build(client, Path(ctx), tag=tag, base=base, nocache=nocache)
 
 
 def _prune(client: docker.DockerClient, *, keep_id: str, keep: int = KEEP_IMAGES) -> None:
     """Untag all but the newest ``keep`` reference images; an image a container uses stays."""
-    mine = [i for i in client.images.list(name=REFERENCE_REPOSITORY, filters={"label": f"{LABEL_IMAGE}=reference"})
-            if i.id != keep_id]  # fmt: skip
-    for old in sorted(mine, key=lambda i: str(i.attrs.get("Created", "")), reverse=True)[keep - 1:]:
-        for t in old.tags:
-            with contextlib.suppress(docker.errors.APIError):
-                client.images.remove(t)
+    prune_old_images(client, REFERENCE_REPOSITORY, keep_id=keep_id, keep=keep, kind="reference")
