@@ -195,7 +195,7 @@ PING_FIELDS: tuple[Field, ...] = (
 META_BACKENDS = ("inproc", "docker", "compose")
 META_CLOCKS = ("virtual", "real")
 
-#: meta.json keys: name -> short description (validated in pipeline.io when a run is read).
+#: meta.json keys: name -> short description (validated in pipeline.rundirs when a run is read).
 META_FIELDS: dict[str, str] = {
     "run_id": "str: unique id of the run; every line of the run carries it",
     "backend": "str: one of " + ", ".join(META_BACKENDS),
@@ -341,7 +341,7 @@ def validate_event(line: str, run_id: str | None = None) -> tuple[str, str] | No
 
 # --------------------------------------------------------------------------- meta.json / topology.json models
 # pydantic (a core dependency, no Spark) so that a recorder can build and dump
-# them, and pipeline.io can validate what it reads with errors naming the field.
+# them, and pipeline.rundirs can validate what it reads with errors naming the field.
 
 
 
