@@ -48,6 +48,7 @@ from orchestrator.backends.docker_plan import (
     NODE_METRICS_PORT,
     NODE_PEER_PORT,
     REDIAL_MAX_S,
+    implementation_of,
     peer_params,
 )
 from orchestrator.tools.monitoring import PROMETHEUS_PORT, prometheus_config
@@ -92,6 +93,9 @@ def compose_document(topology: Topology, *, seed: int | str = 0, pool: str = COM
     if hosts := [n.name for n in topology.nodes if n.host]:
         raise ComposeError(f"host nodes (host: true) are not supported in compose files: use `snekbed up`, which "
                            f"prints their commands (nodes: {', '.join(hosts)})")
+    if refs := [n.name for n in topology.nodes if implementation_of(n) == "reference"]:
+        raise ComposeError(f"nodes of the Pinecone reference (spec pinecone) are not supported in compose files: use "
+                           f"`snekbed up`, which runs them from the reference image (nodes: {', '.join(refs)})")
     try:
         plan = plan_addresses(topology, run_id, pool=_block(topology, pool))
     except DockerBackendError as exc:

@@ -27,6 +27,7 @@ from orchestrator.backends.docker_plan import (
 from orchestrator.model.hosting import IN_PROCESS_REFUSAL, in_process_refusal
 from orchestrator.model.topology import Topology
 from orchestrator.model.topology_loaders import load_topology
+from orchestrator.tools.compose import ComposeError, compose_document
 
 REPO = Path(__file__).resolve().parents[3]
 MESH = REPO / "compose" / "topologies" / "mesh-12.yaml"
@@ -145,3 +146,8 @@ def test_version_says_whether_reference_nodes_can_run_here_and_why_not(tmp_path:
     missing = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--version"], capture_output=True, text=True,
                              cwd=REPO, timeout=60, env={**os.environ, "SNEKBED_PINECONE_SRC": str(tmp_path)})  # fmt: skip
     assert f"reference nodes: not available: {tmp_path} (SNEKBED_PINECONE_SRC) is neither" in missing.stdout
+
+
+def test_compose_files_refuse_reference_nodes() -> None:
+    with pytest.raises(ComposeError, match=r"spec pinecone.*use `snekbed up`.*n02, n04"):
+        compose_document(_mixed())
