@@ -172,3 +172,27 @@ def test_a_convergence_after_its_bound_is_slow_with_the_time_it_took() -> None:
     assert not inv["reconverged_within_bound"]["ok"]
     assert inv["reconverged_within_bound"]["detail"].startswith(f"slow: re-converged {rc['took_s']:.2f} s after")
     assert out["slow_steps"] == [1] and out["stuck_steps"] == [] and step["verdict"] == "fail"
+
+
+class _Unmeasured(InprocChaos):
+    """The same backend with its confirmations switched off."""
+
+    measures_faults = False
+
+
+def test_the_confirmations_leave_an_in_process_run_as_it_was() -> None:
+    """Every reading is a passive call on the event heap: with or without them, the same history and document
+    (for steps that check: one that does not waits for its confirmation, here the adversary, left out)."""
+    sc = _scenario(EVERY_FAULT.rsplit("  - {action: adversary", 1)[0])
+
+    async def main(backend: InprocChaos) -> dict[str, Any]:
+        return await run_scenario(backend, sc, seed=5)
+
+    mock = trio.testing.MockClock
+    measured = trio.run(main, InprocChaos(RING, seed=5), clock=mock(autojump_threshold=0))
+    plain = trio.run(main, _Unmeasured(RING, seed=5), clock=mock(autojump_threshold=0))
+    assert all(s["confirmed"]["ok"] is None for s in plain["steps"] if "confirmed" in s)
+    for doc in (measured, plain):
+        for s in doc["steps"]:
+            s.pop("confirmed", None)
+    assert measured == plain
