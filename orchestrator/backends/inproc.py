@@ -254,18 +254,24 @@ class InprocNetwork:
         self._flush(nb)
         return lid
 
-    def disconnect(self, link_id: int, reason: str = "link_down") -> None:
+    def disconnect(self, link_id: int, reason: str = "link_down", *, frozen: str | None = None) -> int | None:
+        """Take the link down; each live end's router is told ``reason``, except the ``frozen`` node's (a held node
+        learns of it on :meth:`release`). Returns the frozen node's port on the link, if it had one."""
         ends = self.links.pop(link_id, None)
         if ends is None:
-            return
+            return None
         self.topology_version += 1
+        frozen_port = None
         for end in ends:
             end.up = False
             node = self.nodes[end.node]
             node.ends.pop(end.port, None)
-            if node.alive:
+            if end.node == frozen:
+                frozen_port = end.port
+            elif node.alive:
                 node.router.remove_peer(end.port, self.now, reason)
                 self._flush(node)
+        return frozen_port
 
     def kill(self, name: str) -> None:
         """The node stops dead: its peers see the streams close (EOF)."""
@@ -385,20 +391,9 @@ class InprocNetwork:
         name, link id)`` of each link dropped, for :meth:`release` to tell ``name`` later."""
         dropped: list[tuple[int, int]] = []
         for end in list(self.nodes[name].ends.values()):
-            lid = end.link_id
-            ends = self.links.pop(lid, None)
-            if ends is None:
-                continue
-            self.topology_version += 1
-            for e in ends:
-                e.up = False
-                owner = self.nodes[e.node]
-                owner.ends.pop(e.port, None)
-                if e.node == name:
-                    dropped.append((e.port, lid))
-                elif owner.alive:
-                    owner.router.remove_peer(e.port, self.now, reason)
-                    self._flush(owner)
+            port = self.disconnect(end.link_id, reason, frozen=name)
+            if port is not None:
+                dropped.append((port, end.link_id))
         return dropped
 
     def release(self, name: str, dropped_ports: Iterable[int] = ()) -> None:
