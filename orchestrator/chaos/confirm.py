@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator.chaos.backend import ChaosBackend
 from orchestrator.chaos.checker import NodeState
 
-__all__ = ["BACK_S", "Confirmation", "Confirmer", "PEER_DEADLINE_S", "SHAPE_S", "SILENCE_S"]
+__all__ = ["BACK_S", "Confirmation", "Confirmer", "PEER_DEADLINE_S", "READ_GRACE_S", "SHAPE_S", "SILENCE_S"]
 
 #: PROTOCOL.md §3.5: a peer silent this long is dropped (the keepalive deadline)
 PEER_DEADLINE_S = 5.0
@@ -37,6 +37,10 @@ SHAPE_S = 60.0
 DROP_S = 3 * 6.0 + 1.0
 _SAMPLE = 8  # links or pairs each expectation looks at, at most
 _PROBE_TIMEOUT_S = 1.5
+#: how long past its bound an expectation's last reading may still be running (admin API calls, probes, a links
+#: check); an expectation undecided by then is decided not confirmed (its reading did not return), so a step's
+#: confirmation always ends
+READ_GRACE_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,7 @@ class _Expect:
             return True
         if how is not None:
             self.done = Confirmation(True, round(self.latency(now), 2), f"{self.what}: {how}")
-        elif now >= self.t0 + self.within_s:
+        elif obs.now() >= self.t0 + self.within_s:  # after the reading: a slow one may have run past the bound
             self.done = Confirmation(False, None, f"{self.what}: not confirmed within {self.within_s:g} s: {self.last}")
         return self.done is not None
 
@@ -301,7 +305,7 @@ class Confirmer:
             e.done = Confirmation(None, None, f"{e.what}: not measured: the {self.backend.name} backend measures no "
                                               "fault")  # fmt: skip
             return
-        self.backend.beside(lambda: e.poll(self.backend), self.poll_s, e.t0 + e.within_s + self.poll_s)
+        self.backend.beside(lambda: e.poll(self.backend), self.poll_s, e.t0 + e.within_s + READ_GRACE_S)
 
     def _peers_of(self, name: str) -> tuple[str, ...]:
         key = self.keys.get(name)
@@ -378,6 +382,11 @@ class Confirmer:
         for a step that faulted nothing)."""
         b = self.backend
         while any(e.done is None for e in self.expects) and (until is None or b.now() < until):
+            for e in self.expects:
+                if e.done is None and b.now() >= e.t0 + e.within_s + READ_GRACE_S:
+                    e.done = Confirmation(False, None, f"{e.what}: not confirmed within {e.within_s:g} s: its "
+                                                       f"reading did not return within {READ_GRACE_S:g} s more "
+                                                       f"({e.last})")  # fmt: skip
             await b.sleep(self.poll_s if until is None else max(0.0, min(self.poll_s, until - b.now())))
         if not self.expects:
             return None

@@ -3,8 +3,10 @@
 * control plane: each node's ``GET /state`` (its up peers' keys), asked whatever the run believes of the node;
 * data plane, link by link: a datagram from one end's container to the other end's address on their link's
   network, to the discard port: the far kernel answers (port unreachable, or anything) when the link carries,
-  nothing answers when it is cut. The nodes see nothing of it. Where a container cannot be reached from this
-  engine (a host node, a swarm task elsewhere), a ping through the overlay instead;
+  nothing answers when it is cut. The nodes see nothing of it. A host node's link is probed from this machine
+  (its end) to the container's address. Where a container cannot be reached from this engine (a swarm task
+  elsewhere), a ping through the overlay instead (not one of the run's pings:
+  it is not recorded);
 * a link's shape: the links check (orchestrator.tools.links_check) on the link, against the new shape, with its
   tolerances (RTT by node pings; loss and rate where the kernel shapes them);
 * an adversary's drops: ``snek_dropped_frames{reason="adversary"}`` of the node's own /metrics, read inside its
@@ -13,6 +15,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -91,8 +96,27 @@ def _link_ip(d: DockerChaos, a: str, b: str) -> str | None:
     return None
 
 
+def _probe_from_host(d: DockerChaos, host: str, other: str, timeout_s: float) -> bool | None:
+    """The datagram probe over a host node's link, sent from this machine (the host end: the link network's
+    gateway) to the container end's address on the link. Not from the container to the gateway: with the
+    container off the link network its default route still reaches the host, which answers for every address it
+    has, and a cut link would look carried."""
+    ip = _link_ip(d, host, other)
+    if ip is None or other in d.hosts:
+        return None
+    args = {"ips": [ip], "tries": 3, "timeout_s": timeout_s / 3}
+    done = subprocess.run([sys.executable, "-c", _UDP_PROBE, json.dumps(args)], capture_output=True, text=True,
+                          timeout=timeout_s + 10)  # fmt: skip
+    if done.returncode != 0:
+        return None
+    return bool(json.loads(done.stdout)["reached"][0])
+
+
 def _probe_one(d: DockerChaos, a: str, b: str, timeout_s: float) -> bool | None:
-    """The datagram probe from ``a``'s container to ``b`` over their link; None when it cannot be run here."""
+    """The datagram probe from ``a``'s container to ``b`` over their link (from this machine when an end is a
+    host node); None when it cannot be run here."""
+    if a in d.hosts or b in d.hosts:
+        return _probe_from_host(d, *((a, b) if a in d.hosts else (b, a)), timeout_s)
     ip = _link_ip(d, a, b)
     box = _container(d, a)
     if ip is None or box is None:
@@ -114,10 +138,10 @@ async def probe(d: DockerChaos, pairs: list[tuple[str, str]], timeout_s: float) 
         for i, (a, b) in enumerate(pairs):
             nursery.start_soon(one, i, a, b)
     todo = [i for i, x in enumerate(out) if x is None]
-    if todo:  # no container to probe from: a ping through the overlay
-        pinged = await d.ping([pairs[i] for i in todo], ("snek",), timeout_s)
-        for i, p in zip(todo, pinged):
-            out[i] = p.delivered
+    if todo:  # no container to probe from: a ping through the overlay, not recorded among the run's pings
+        pinged = await d._ping_jobs([(*pairs[i], "snek") for i in todo], timeout_s)
+        for i, (_, res) in zip(todo, pinged):
+            out[i] = bool(res and res.get("received"))
     return [bool(x) for x in out]
 
 

@@ -158,6 +158,9 @@ def test_chaos_partitions_a_host_node_off_and_heals_it(client: object, image: st
         assert steps[1]["detail"] == "1 link(s) cut", steps[1]
         for s in steps[1:]:
             assert all(v["ok"] for v in s["invariants"].values()), s
+            # each fault measured on the host node's link itself: a probe sent from this machine (the link's host
+            # end) to the container's address on it, not answered while cut, answered once back
+            assert s["confirmed"]["ok"] is True and "probe" in s["confirmed"]["how"], s
         pings = [json.loads(x) for x in (tmp_path / "runs" / run_id / "pings.jsonl").read_text().splitlines()]
         to_h = [p for p in pings if p["target"] == "h" and p["received"]]
         from_h = [p for p in pings if p["sender"] == "h" and p["received"]]
