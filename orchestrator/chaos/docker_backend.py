@@ -45,8 +45,7 @@ from typing import Any
 import networkx as nx
 import trio
 
-from contract.links import LinkShape, resolve_class
-from netem.plan import ShapingBackend, userspace_part
+from netem.plan import ShapingBackend
 from node.core.router import Timers
 from node.core.variants import VariantSpec
 
@@ -54,12 +53,12 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker_net import ENDPOINT_CHANGES, AddressPlan
 from orchestrator.backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
 from orchestrator.backends.docker_plan import implementation_of
-from orchestrator.backends.docker_session import DockerSession, choose_shaping, roll_back, start_run, unapplied_text
-from orchestrator.backends.shaping import Endpoint, apply_endpoint
+from orchestrator.backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
 from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_docker_run
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 from orchestrator.chaos import docker_confirm as measured
+from orchestrator.chaos.docker_shaping import reshape_reference_end
 from orchestrator.chaos.backend import ChaosBackend, Converged, DeferredRemoval, TrafficSample, planted_defect
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.targets import TargetError
@@ -284,6 +283,16 @@ class DockerChaos(ChaosBackend):
     def known_nodes(self) -> list[str]:
         return list(self.topology.node_names)
 
+    def probe_route(self, a: str, b: str) -> tuple[str, str] | None:
+        """Where a datagram probe over the link ``a``--``b`` is sent from (a node's container) and to (an address
+        on the link's network): here from ``a`` to ``b``'s fixed address (orchestrator.chaos.docker_confirm)."""
+        assert self.plan is not None
+        for ln in self.plan.links:
+            if {ln.a, ln.b} == {a, b}:
+                ip = ln.net.members.get(b)
+                return None if ip is None else (a, ip)
+        return None
+
     def _live(self) -> set[str]:
         return set(self.topology.node_names) - self.paused - self.stopped - self.removed
 
@@ -477,33 +486,9 @@ class DockerChaos(ChaosBackend):
             return  # TEST ONLY: reported changed, and left as it was
         for x, y in ((a, b), (b, a)):
             if x in self.reference_nodes:  # no userspace shaper: the kernel part from the host, the rest reported
-                await trio.to_thread.run_sync(self._reshape_reference_end, x, y, link_class, shaping or {})
+                await trio.to_thread.run_sync(reshape_reference_end, self, x, y, link_class, shaping or {})
                 continue
             await trio.to_thread.run_sync(self._admin.post, x, "/peers/shape", {**body, "peer": self.session.keys[y]})
-
-    def _reshape_reference_end(self, x: str, y: str, link_class: str | None, shaping: dict[str, float]) -> None:
-        """link_change at a reference node's end of x--y: the kernel part of the new shape applied in its namespace
-        from the host (as at start), the part only a node's transport applies recorded as ``shaping_unapplied``
-        (an action, the --json document's list, a line on stderr)."""
-        assert self.plan is not None
-        for ln in self.plan.links:
-            if {ln.a, ln.b} != {x, y}:
-                continue
-            base = resolve_class(link_class or ln.link_class, self.topology.classes or None).shape
-            shape = LinkShape(**{**base.model_dump(), **shaping})
-            backend: ShapingBackend = "userspace" if y in self.hosts else self.shaping_backend
-            if backend != "userspace" and ln.index not in self.down_links and x not in self.stopped | self.removed:
-                pid = int(self.docker.api.inspect_container(self._cid(x))["State"]["Pid"])
-                apply_endpoint(Endpoint(str(ln.index), link_class or ln.link_class, shape, x, pid,
-                                        ln.net.members[x], y, ln.net.members[y]), backend)  # fmt: skip
-            fields = {k: v for k, v in userspace_part(shape, backend).model_dump().items() if v}
-            if fields:
-                entry = {"link": ln.index, "node": x, "peer": y, "class": link_class or ln.link_class,
-                         "unapplied": fields, "why": f"link_change: {x} runs the reference node (no userspace "
-                         f"shaper); the {backend} backend leaves {', '.join(fields)} to the node"}  # fmt: skip
-                self.report.setdefault("shaping_unapplied", []).append(entry)
-                self.run.action("shaping_unapplied", f"{x}--{y}", entry)
-                print(f"snekbed chaos: {unapplied_text(self.run.run_id, [entry])}", file=sys.stderr, flush=True)
 
     async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         assert self.plan is not None

@@ -113,11 +113,15 @@ def _probe_from_host(d: DockerChaos, host: str, other: str, timeout_s: float) ->
 
 
 def _probe_one(d: DockerChaos, a: str, b: str, timeout_s: float) -> bool | None:
-    """The datagram probe from ``a``'s container to ``b`` over their link (from this machine when an end is a
-    host node); None when it cannot be run here."""
+    """The datagram probe over the link ``a``--``b``: from the end and to the address the backend names
+    (``probe_route``: on Docker from ``a``'s container to ``b``'s address on the link; on a swarm from the dialer
+    to the listener's alias; from this machine when an end is a host node); None when it cannot be run here."""
     if a in d.hosts or b in d.hosts:
         return _probe_from_host(d, *((a, b) if a in d.hosts else (b, a)), timeout_s)
-    ip = _link_ip(d, a, b)
+    route = d.probe_route(a, b)
+    if route is None:
+        return None
+    a, ip = route
     box = _container(d, a)
     if ip is None or box is None:
         return None

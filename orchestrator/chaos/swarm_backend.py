@@ -77,6 +77,17 @@ class SwarmChaos(DockerChaos):
                               "engine running it can reach")
         return str(c["Container"])
 
+    def probe_route(self, a: str, b: str) -> tuple[str, str] | None:
+        """The swarm allocates link addresses (a reconnected dialer gets a fresh one): a probe over a link goes
+        from its dialer to the listener's alias, which the swarm's DNS serves on the link's overlay only, the way
+        the dialer's node finds its peer. A dialer cut off the overlay neither resolves nor reaches it."""
+        assert self.plan is not None
+        for ln in self.plan.links:
+            if {ln.a, ln.b} == {a, b}:
+                listener = ln.b if ln.dialer == ln.a else ln.a
+                return ln.dialer, link_alias(ln.index, listener)
+        return None
+
     # ------------------------------------------------------------------ links: the dialer's end only
 
     async def _disconnect(self, index: int) -> None:

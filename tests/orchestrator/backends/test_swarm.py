@@ -168,6 +168,8 @@ def test_partition_heal_on_a_swarm(client: Any, image: str, swarm: str, tmp_path
         for s in steps[1:]:
             assert all(v["ok"] for v in s["invariants"].values()), s
             assert "delivered" in s["invariants"]["pairs_reachable"]["detail"], s
+            # measured on the links: a datagram from each cut link's dialer to its listener's alias on the overlay
+            assert s["confirmed"]["ok"] is True and "probe" in s["confirmed"]["how"], s
         assert out["traffic"]["delivered"] > 0
         actions = [json.loads(x)["action"] for x in (Path(out["run_dir"]) / "actions.jsonl").read_text().splitlines()]
         assert "partition" in actions and "heal" in actions
