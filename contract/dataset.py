@@ -211,7 +211,8 @@ META_FIELDS: dict[str, str] = {
     "started_wall_ts": "float: unix time the run started",
     "observer": "object: free-form, what the orchestrator itself measured",
     "variants": "object|absent: node name -> variant spec, for nodes that run another spec than `variant`",
-    "ab": "object|absent: {experiment, arm ('a'|'b'), seed, a, b}: the run is one arm of an A/B experiment",
+    "ab": "object|absent: {experiment, arm ('a'|'b'|'mixed'), seed, a, b}: the run is one arm of an A/B experiment "
+          "(mixed: A's and B's nodes together)",
 }
 
 RUN_FILES = ("meta.json", "topology.json", "events/*.jsonl", "actions.jsonl", "pings.jsonl")
@@ -361,18 +362,19 @@ class MetaLink(BaseModel):
     shaping_backend: str | None = None
 
 
-AB_ARMS = ("a", "b")
+AB_ARMS = ("a", "b", "mixed")
 
 
 class AbMeta(BaseModel):
     """meta.json ``ab``: the run is arm ``arm`` of A/B experiment ``experiment`` for ``seed``.
 
     ``a`` and ``b`` are the canonical variant spec texts of the two arms (the same in every run of the
-    experiment); the pipeline pairs the arms' runs by ``seed`` (pipeline.jobs.ab)."""
+    experiment); the pipeline pairs the arms' runs by ``seed`` (pipeline.jobs.ab). Arm ``mixed`` (``snekbed ab
+    --mixed``) ran A's and B's nodes together; its spec text is ``A+B``."""
 
     model_config = ConfigDict(extra="allow")
     experiment: str = PField(min_length=1)
-    arm: Literal["a", "b"]
+    arm: Literal["a", "b", "mixed"]
     seed: int
     a: str = PField(min_length=1)
     b: str = PField(min_length=1)
@@ -380,7 +382,7 @@ class AbMeta(BaseModel):
     @property
     def spec(self) -> str:
         """The spec text of this run's arm."""
-        return self.a if self.arm == "a" else self.b
+        return self.a if self.arm == "a" else self.b if self.arm == "b" else f"{self.a}+{self.b}"
 
 
 class RunMeta(BaseModel):

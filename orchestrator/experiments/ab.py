@@ -7,6 +7,11 @@ keys) and the same ping pairs; the protocol variant and knobs are the only input
 delays are drawn as frames are sent, so once the arms send different frames their delay draws differ: that
 is the protocol's doing, not the setup's.)
 
+With ``mixed``, a third arm runs both together: the topology's nodes in name order alternate A's spec and B's
+(a mixed network of snekbed and reference nodes with ``--a snek --b pinecone``), under the same seed, keys,
+links and faults. The paired statistics compare A with B; the mixed arm is judged step by step
+(:func:`step_divergence`: where the arms' verdicts differ, for every arm).
+
 Every run is recorded as a normal run directory, ``OUT/runs/<arm>-s<seed>``, whose ``meta.json`` carries
 ``ab`` (experiment, arm, seed, both specs); ``OUT/ab.json`` is the manifest (arms, every run's verdict and
 per-step re-convergence as the chaos checker saw it). The Spark pipeline then analyses all the runs
@@ -30,9 +35,10 @@ from orchestrator.chaos.scenario import Scenario
 from orchestrator.model.runs import new_run_id
 from orchestrator.model.topology import Topology
 
-__all__ = ["AbPlan", "run_arms"]
+__all__ = ["AbPlan", "mixed_topology", "run_arms", "step_divergence"]
 
 ARMS = ("a", "b")
+MIXED = "mixed"
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,48 @@ class AbPlan:
     pinecone_src: Path | None = None  # the reference to build the reference node from (an arm or node of pinecone)
     alpha: float = 0.05  # the level the paired test is judged at (snekbed ab --alpha)
     warnings: tuple[str, ...] = ()  # what the seeds cannot conclude, said before the runs (pipeline.jobs.ab)
+    mixed: bool = False  # a third arm: A's and B's nodes together (mixed_topology)
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return (*ARMS, MIXED) if self.mixed else ARMS
 
     def spec(self, arm: str) -> VariantSpec:
-        return self.a if arm == "a" else self.b
+        """The arm's run-wide spec (the mixed arm's: A's, for what names no spec of its own, a joining node)."""
+        return self.b if arm == "b" else self.a
+
+    def topology_of(self, arm: str) -> Topology | None:
+        if arm != MIXED or self.topology is None:
+            return self.topology
+        return mixed_topology(self.topology, self.a, self.b)
+
+
+def mixed_topology(topology: Topology, a: VariantSpec, b: VariantSpec) -> Topology:
+    """``topology`` with its nodes, in name order, running A's spec and B's in turn (a node that names its own
+    variant keeps it)."""
+    order = {name: i for i, name in enumerate(sorted(n.name for n in topology.nodes))}
+    nodes = [n if n.variant is not None else
+             n.model_copy(update={"variant": str(a if order[n.name] % 2 == 0 else b), "knobs": {}})
+             for n in topology.nodes]  # fmt: skip
+    return topology.model_copy(update={"nodes": nodes})
+
+
+def step_divergence(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where the arms' verdicts differ, step by step: for each seed and step index whose verdict is not the same
+    in every arm that ran it, ``{"seed", "index", "action", "verdicts": {arm: verdict}}`` (an arm whose run has
+    no such step shows None)."""
+    by_seed: dict[int, dict[str, dict[int, dict[str, Any]]]] = {}
+    for r in runs:
+        by_seed.setdefault(r["seed"], {})[r["arm"]] = {s["index"]: s for s in r["steps"]}
+    out: list[dict[str, Any]] = []
+    for seed in sorted(by_seed):
+        arms = by_seed[seed]
+        for index in sorted({i for steps in arms.values() for i in steps}):
+            verdicts = {arm: (steps.get(index) or {}).get("verdict") for arm, steps in sorted(arms.items())}
+            if len(set(verdicts.values())) > 1:
+                action = next(steps[index]["action"] for steps in arms.values() if index in steps)
+                out.append({"seed": seed, "index": index, "action": action, "verdicts": verdicts})
+    return out
 
 
 _BOUND = re.compile(r"bound (\d+(?:\.\d+)?)")
@@ -86,7 +131,8 @@ def _step_summary(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _options(plan: AbPlan, seed: int, spec: VariantSpec, ab: dict[str, Any], record: Path) -> ChaosOptions:
-    """One arm's run: recorded at ``record`` (in process), or as a Docker run under ``OUT/runs``."""
+    """One arm's run: recorded at ``record`` (in process), or as a Docker run under ``OUT/runs``. The mixed arm's
+    nodes each name their spec (mixed_topology); a node a join step adds runs A's."""
     if plan.backend == "inproc":
         return ChaosOptions(seed=seed, variant=spec, ab=ab, record=record)
     return ChaosOptions(backend=plan.backend, seed=seed, variant=spec, ab=ab, runs_dir=record.parent, image=plan.image,
@@ -97,7 +143,7 @@ def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] 
     """Run every (seed, arm) pair, recording each run; write and return the manifest (``OUT/ab.json``).
 
     ``progress(arm, seed, chaos_result)`` is called after each run. Arms alternate within a seed (a, b, a, b,
-    ...) so a slow drift of the machine cannot favour one arm.
+    ...; a, b, mixed with ``mixed``) so a slow drift of the machine cannot favour one arm.
     """
     experiment = plan.experiment or f"ab-{new_run_id()}"
     root = plan.out / "runs"
@@ -105,14 +151,15 @@ def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] 
     runs: list[dict[str, Any]] = []
     started = time.monotonic()
     for seed in plan.seeds:
-        for arm in ARMS:
+        for arm in plan.arms:
             spec = plan.spec(arm)
             ab = {"experiment": experiment, "arm": arm, "seed": seed, "a": str(plan.a), "b": str(plan.b)}
             record = root / f"{arm}-s{seed}"
             t0 = time.monotonic()
-            result = execute(plan.scenario, plan.topology, _options(plan, seed, spec, ab, record))
+            result = execute(plan.scenario, plan.topology_of(arm), _options(plan, seed, spec, ab, record))
             run = {
-                "arm": arm, "seed": seed, "spec": str(spec), "run_dir": result["run_dir"],
+                "arm": arm, "seed": seed, "spec": f"{plan.a}+{plan.b}" if arm == MIXED else str(spec),
+                "run_dir": result["run_dir"],
                 "verdict": result["verdict"], "wall_s": round(time.monotonic() - t0, 2),
                 "steps": [_step_summary(s) for s in result.get("steps", [])],
             }  # fmt: skip
@@ -129,7 +176,9 @@ def run_arms(plan: AbPlan, progress: Callable[[str, int, dict[str, Any]], None] 
         "seeds": list(plan.seeds),
         "alpha": plan.alpha,
         "warnings": list(plan.warnings),
+        "arms": list(plan.arms),
         "runs": runs,
+        "step_divergence": step_divergence(runs),
         "runs_wall_s": round(time.monotonic() - started, 2),
     }
     plan.out.mkdir(parents=True, exist_ok=True)

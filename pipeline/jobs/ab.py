@@ -84,6 +84,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, Window
@@ -99,6 +100,8 @@ __all__ = [
 ]
 
 CONFIDENCE = 0.95
+#: the arm that runs A's and B's nodes together (snekbed ab --mixed), compared with each
+MIXED = "mixed"
 EXACT_PAIRS = 16  # up to this many pairs every sign vector is enumerated (2^16 = 65 536)
 DRAWS = 20_000  # beyond: this many random sign vectors, from SIGN_SEED
 SIGN_SEED = 20_240_611
@@ -468,35 +471,47 @@ def summarize(rows: Iterable[Mapping], confidence: float = CONFIDENCE) -> dict[s
     significant, better, better_when, ``pairs`` ([seed, a value, b value] per paired seed, censored values
     restricted), n_censored, censored, n_dropped and dropped.
 
-    A metric is listed when some run of the experiment has a value for it or was censored on it. Raises
-    JobInputError for two runs in one (experiment, arm, seed)."""
+    A metric is listed when some run of the experiment has a value for it or was censored on it. An experiment
+    with a ``mixed`` arm (``snekbed ab --mixed``) also gets ``"<experiment> (a vs mixed)"`` and
+    ``"<experiment> (b vs mixed)"``, the same document with the mixed arm as ``b``. Raises JobInputError for two
+    runs in one (experiment, arm, seed)."""
     by_exp: dict[str, dict[str, dict[int, Mapping]]] = {}
     for r in rows:
         arms = by_exp.setdefault(r["experiment"], {"a": {}, "b": {}})
-        if r["seed"] in arms[r["arm"]]:
+        arm = arms.setdefault(r["arm"], {})
+        if r["seed"] in arm:
             raise JobInputError("ab", f"experiment {r['experiment']!r} arm {r['arm']} has seed {r['seed']} twice "
-                                      f"({arms[r['arm']][r['seed']]['run_id']}, {r['run_id']})")
-        arms[r["arm"]][r["seed"]] = r
+                                      f"({arm[r['seed']]['run_id']}, {r['run_id']})")
+        arm[r["seed"]] = r
     doc: dict[str, dict] = {}
     for exp in sorted(by_exp):
         arms = by_exp[exp]
-        seeds = sorted(set(arms["a"]) & set(arms["b"]))
-        metrics = {}
-        for m in METRICS:
-            runs = [r for arm in arms.values() for r in arm.values()]
-            if all(r.get(m.name) is None and m.name not in _censored_at(r) for r in runs):
-                continue
-            metrics[m.name] = _metric_of(m, arms, seeds, confidence)
-        doc[exp] = {
-            "a": next((r["spec"] for r in arms["a"].values()), None),
-            "b": next((r["spec"] for r in arms["b"].values()), None),
-            "seeds": len(seeds),
-            "unpaired_seeds": sorted(set(arms["a"]) ^ set(arms["b"])),
-            "runs": {arm: [arms[arm][s]["run_id"] for s in sorted(arms[arm])] for arm in ("a", "b")},
-            "confidence": confidence,
-            "metrics": metrics,
-        }
+        doc[exp] = _compare(arms["a"], arms["b"], confidence)
+        if MIXED in arms:  # the mixed arm (snekbed ab --mixed) against each arm alone
+            for arm in ("a", "b"):
+                doc[f"{exp} ({arm} vs {MIXED})"] = _compare(arms[arm], arms[MIXED], confidence)
     return doc
+
+
+def _compare(xs: dict[int, Mapping], ys: dict[int, Mapping], confidence: float) -> dict[str, Any]:
+    """One arm (as ``a``) against another (as ``b``), paired by seed."""
+    arms = {"a": xs, "b": ys}
+    seeds = sorted(set(xs) & set(ys))
+    metrics = {}
+    for m in METRICS:
+        runs = [r for arm in arms.values() for r in arm.values()]
+        if all(r.get(m.name) is None and m.name not in _censored_at(r) for r in runs):
+            continue
+        metrics[m.name] = _metric_of(m, arms, seeds, confidence)
+    return {
+        "a": next((r["spec"] for r in xs.values()), None),
+        "b": next((r["spec"] for r in ys.values()), None),
+        "seeds": len(seeds),
+        "unpaired_seeds": sorted(set(xs) ^ set(ys)),
+        "runs": {arm: [arms[arm][s]["run_id"] for s in sorted(arms[arm])] for arm in ("a", "b")},
+        "confidence": confidence,
+        "metrics": metrics,
+    }
 
 
 def summary_rows(doc: Mapping[str, Mapping]) -> list[tuple]:

@@ -327,3 +327,19 @@ def test_censoring_keeps_the_test_exact_when_the_arms_do_not_differ():
         assert m["n_pairs"] == 12
     assert censored > 200  # censoring is common here
     assert alarms / 200 <= 0.07, alarms
+
+
+def test_a_mixed_arm_is_compared_with_each_arm_alone():
+    """``snekbed ab --mixed``: the mixed arm's runs (spec A+B) pair by seed with each arm; A against B is as before."""
+    rows = _experiment("x", 8, lambda s: {"start_snake_s": 5.0 + 0.01 * s}, lambda s: {"start_snake_s": 5.0 + 0.01 * s})
+    rows += [{**_row("x", "a", s, start_snake_s=9.0 + 0.01 * s), "arm": "mixed", "run_id": f"x-mixed-{s}",
+              "spec": "snek+snek,root_filter=1"} for s in range(8)]  # fmt: skip
+    doc = ab.summarize(rows)
+    assert sorted(doc) == ["x", "x (a vs mixed)", "x (b vs mixed)"]
+    assert not doc["x"]["metrics"]["start_snake_s"]["significant"]
+    for arm in ("a", "b"):
+        e = doc[f"x ({arm} vs mixed)"]
+        assert (e["a"], e["b"], e["seeds"]) == (_row("x", arm, 0)["spec"], "snek+snek,root_filter=1", 8)
+        m = e["metrics"]["start_snake_s"]
+        assert m["significant"] and m["better"] == "a" and m["diff"] == pytest.approx(4.0), m
+        assert e["runs"]["b"] == [f"x-mixed-{s}" for s in range(8)]
