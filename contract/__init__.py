@@ -6,6 +6,7 @@
   metrics spell them.
 * :mod:`contract.links` - link classes and their shapes (``contract/classes.yaml``),
   and the PROTOCOL.md section 3.4 link type names and numbers.
+* :mod:`contract.exit_codes` - the exit codes of every command, one rule for all of them.
 
 Nothing is re-exported here: import the module that defines a name. See
 ``docs/architecture.md`` ("Layers") for which package may import which.

@@ -13,14 +13,17 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from contract.exit_codes import FAILED, INVALID, OK
+
 __all__ = ["EXIT_CODES", "agreement", "agreement_table", "exit_code", "repeat"]
 
-#: the command's exit code for a run's verdict (docs/chaos.md): a verdict not listed is a failure
-EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3}
+#: the command's exit code for a run's verdict (docs/chaos.md; the rule: contract.exit_codes): a verdict not listed
+#: is a failure
+EXIT_CODES = {"pass": OK, "fail": FAILED, "invalid": INVALID}
 
 
 def exit_code(verdict: str) -> int:
-    return EXIT_CODES.get(verdict, 1)
+    return EXIT_CODES.get(verdict, FAILED)
 
 
 def repeat(run_once: Callable[[int], dict[str, Any]], n: int) -> dict[str, Any]:
