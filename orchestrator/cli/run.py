@@ -8,8 +8,10 @@ is interrupted (Ctrl-C) after that, it removes every container and network it cr
 (by the run's label) before exiting, and meta.json records ``outcome`` and ``rollback``.
 A run that comes up but does not converge in time stays up for inspection (exit 1).
 
-Exit codes: 0 done; 1 not converged in time, pings lost, or leftovers after
-``down``; 2 bad usage; 130 interrupted (rolled back).
+Exit codes (the rule of :mod:`contract.exit_codes`): 0 done; 1 not converged in time, pings lost, leftovers after
+``down``, or an engine error once something was made; 2 refused before anything was made (a bad file or flag, a
+run that does not exist, a request this engine cannot serve: ``up`` then leaves no run directory and ``runs/LATEST``
+as it was); 130 interrupted (rolled back).
 """
 
 from __future__ import annotations
@@ -22,20 +24,25 @@ from typing import Any
 
 import click
 
+from contract.exit_codes import FAILED, INTERRUPTED
 from node.core.variants import VariantError, VariantSpec
 
 from orchestrator.backends.docker_net import DockerBackendError
+from orchestrator.backends.image_common import ImageError
+from orchestrator.cli.options import BadInput
 from orchestrator.cli.render import sim_table
 from orchestrator.model.hosting import in_process_refusal
-from orchestrator.model.runs import RunDir, RunError, create_run, new_run_id, open_run, runs_root
+from orchestrator.model.runs import RunDir, RunError, check_new_run, create_run, new_run_id, open_run, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
 from orchestrator.sessions.lifecycle import (
     DEFAULT_HOST_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
+    Refused,
     UpCallbacks,
     UpError,
     open_session,
+    prepare_docker,
     rolled_back,
     status_report,
     take_down,
@@ -61,25 +68,26 @@ def _console(stderr: bool = False) -> Any:
 
 
 def _load(path: Path) -> Topology:
-    """The validated topology; TopologyError becomes a ClickException naming file, line and field."""
+    """The validated topology; TopologyError is exit 2 with its message (file, line and field)."""
     try:
         return load_topology(path, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
 
 
 def _open(runs_dir: Path | None, run_id: str | None) -> RunDir:
     try:
         return open_run(runs_root(runs_dir), run_id)
     except RunError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
 
 
 def _session(run: RunDir) -> Any:
+    """The live run reopened; what stops that (another backend, a bad run file, no engine) is exit 2."""
     try:
         return open_session(run)
     except _SESSION_ERRORS as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
 
 
 def _short(key: str | None) -> str:
@@ -156,22 +164,46 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
             topo = topo.with_variant(VariantSpec.parse(variant_text or "snek").with_knobs(knobs))
         except VariantError as exc:
             raise click.BadParameter(str(exc), param_hint="--variant/--knob") from None
-    refused = in_process_refusal(topo.variants(), backend_name)
-    if refused is not None:  # nodes of the Pinecone reference, in process: nothing is created
-        raise click.UsageError(refused)
+    _refuse_flags(topo, backend_name, monitoring, shaping)
     root = runs_root(runs_dir)
+    run_id = run_id or new_run_id()
     try:
-        run = create_run(root, run_id or new_run_id(), topology=topo.to_record())
+        check_new_run(root, run_id)
     except RunError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
     if backend_name == "inproc":
         if any(n.host for n in topo.nodes):
             click.echo("warning: --backend inproc runs host nodes (host: true) in process like the others", err=True)
-        if monitoring:
-            raise click.UsageError("--monitoring runs Prometheus next to Docker nodes; watch an in-process run with "
-                                   "`snekbed sim --clock real --metrics HOST:PORT`")
+        run = create_run(root, run_id, topology=topo.to_record())
         _print_inproc(up_inproc(topo, run, seed=seed, timeout_s=timeout_s), run, as_json)
         return
+    made: list[RunDir] = []  # the run, once the engine has accepted the request
+    try:
+        done = _up_with_progress(topo, root, run_id, made, as_json=as_json, swarm=backend_name == "swarm",
+                                 shaping=shaping, pool=address_pool, image=image, workers=workers,
+                                 monitoring=monitoring, prometheus_image=prometheus_image, pinecone_src=pinecone_src,
+                                 seed=seed, timeout_s=timeout_s, host_timeout_s=host_timeout_s)
+    except KeyboardInterrupt:
+        said = rolled_back(made[0]) if made else "nothing was made (no run directory)"
+        _console(stderr=True).print(f"[red]interrupted[/]: {said}")
+        sys.exit(INTERRUPTED)
+    except (Refused, RunError) as exc:  # before anything was made: no run directory, runs/LATEST as it was
+        raise BadInput(str(exc)) from None
+    except (UpError, ImageError, DockerBackendError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_up(done, topo, made[0], timeout_s, as_json)
+    if not done.out["converged"]:
+        sys.exit(FAILED)
+
+
+def _refuse_flags(topo: Topology, backend_name: str, monitoring: bool, shaping: str) -> None:
+    """What ``up`` refuses on sight, before any run directory exists (usage errors: exit 2)."""
+    refused = in_process_refusal(topo.variants(), backend_name)
+    if refused is not None:  # nodes of the Pinecone reference, in process
+        raise click.UsageError(refused)
+    if backend_name == "inproc" and monitoring:
+        raise click.UsageError("--monitoring runs Prometheus next to Docker nodes; watch an in-process run with "
+                               "`snekbed sim --clock real --metrics HOST:PORT`")
     if backend_name == "swarm" and monitoring:
         raise click.UsageError("--monitoring runs Prometheus on the run's control network next to one engine; it is "
                                "not supported with --backend swarm (each node's metrics port is published in host "
@@ -179,23 +211,12 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
     if backend_name == "swarm" and shaping == "kernel":
         raise click.UsageError("--shaping kernel: the swarm backend shapes in the nodes' userspace transport only "
                                "(the kernel backend cannot reach tasks on other hosts)")
-    try:
-        done = _up_with_progress(topo, run, as_json=as_json, seed=seed, timeout_s=timeout_s, shaping=shaping,
-                                 pool=address_pool, image=image, workers=workers, monitoring=monitoring,
-                                 prometheus_image=prometheus_image, host_timeout_s=host_timeout_s,
-                                 swarm=backend_name == "swarm", pinecone_src=pinecone_src)
-    except KeyboardInterrupt:
-        _console(stderr=True).print(f"[red]interrupted[/]: {rolled_back(run)}")
-        sys.exit(130)
-    except (UpError, DockerBackendError) as exc:
-        raise click.ClickException(str(exc)) from None
-    _print_up(done, topo, run, timeout_s, as_json)
-    if not done.out["converged"]:
-        sys.exit(1)
 
 
-def _up_with_progress(topo: Topology, run: RunDir, *, as_json: bool, image: str | None, **options: Any) -> Any:
-    """:func:`up_docker` with its progress as bars on stderr (gone afterwards with --json)."""
+def _up_with_progress(topo: Topology, root: Path, run_id: str, made: list[RunDir], *, as_json: bool, seed: int,
+                      timeout_s: float, host_timeout_s: float, **prepare: Any) -> Any:
+    """:func:`prepare_docker`, then the run's directory (appended to ``made``), then :func:`up_docker`; their
+    progress as bars on stderr (gone afterwards with --json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -207,8 +228,6 @@ def _up_with_progress(topo: Topology, run: RunDir, *, as_json: bool, image: str 
                 tasks[name] = bar.add_task(name, total=total)
             return tasks[name]
 
-        if image is None:
-            task("node image", None)
         callbacks = UpCallbacks(
             image_line=lambda line: bar.update(task("node image", None), description=f"node image: [dim]{line[:50]}"),
             image_built=lambda tag: bar.update(task("node image", None), total=1, completed=1,
@@ -219,7 +238,10 @@ def _up_with_progress(topo: Topology, run: RunDir, *, as_json: bool, image: str 
             # host nodes: the commands to run, on stderr, never wrapped
             announce=lambda text: bar.console.print(text, markup=False, highlight=False, soft_wrap=True),
         )
-        return up_docker(topo, run, image=image, callbacks=callbacks, **options)
+        prep = prepare_docker(topo, callbacks=callbacks, **prepare)
+        made.append(create_run(root, run_id, topology=topo.to_record()))
+        return up_docker(topo, made[0], prep, seed=seed, timeout_s=timeout_s, host_timeout_s=host_timeout_s,
+                         callbacks=callbacks)
 
 
 def _print_up(done: Any, topo: Topology, run: RunDir, timeout_s: float, as_json: bool) -> None:
@@ -249,7 +271,7 @@ def _print_inproc(out: dict[str, Any], run: RunDir, as_json: bool) -> None:
         sim_table(out)
         _console().print(f"run dir {run.path}")
     if out["snake_converged_s"] is None:
-        sys.exit(1)
+        sys.exit(FAILED)
 
 
 # ---------------------------------------------------------------- status, ping, kill-root
@@ -265,7 +287,7 @@ def status(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
     try:
         report = status_report(run)
     except _SESSION_ERRORS as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
     if report["backend"] == "inproc":  # what it recorded
         click.echo(json.dumps(report, indent=None if as_json else 2))
         return
@@ -290,8 +312,8 @@ def ping(sender: str, target: str, run_id: str | None, runs_dir: Path | None, mo
     session = _session(_open(runs_dir, run_id))
     try:
         lines = session.ping([(sender, target)], [mode], count=count, timeout_s=timeout_s)
-    except RunError as exc:
-        raise click.ClickException(str(exc)) from None
+    except RunError as exc:  # a node the run does not have: nothing was sent
+        raise BadInput(str(exc)) from None
     received = [x for x in lines if x["received"]]
     if as_json:
         click.echo(json.dumps({"sent": len(lines), "received": len(received), "pings": lines}))
@@ -302,7 +324,7 @@ def ping(sender: str, target: str, run_id: str | None, runs_dir: Path | None, mo
                        "lost" + (f" ({x['error']})" if x.get("error") else "")))
         click.echo(f"{len(received)}/{len(lines)} received")
     if len(received) < len(lines):
-        sys.exit(1)
+        sys.exit(FAILED)
 
 
 @click.command("kill-root")
@@ -316,7 +338,9 @@ def kill_root(run_id: str | None, runs_dir: Path | None, timeout_s: float | None
     session = _session(_open(runs_dir, run_id))
     try:
         out = session.kill_root(timeout_s=timeout_s, pairs=pairs)
-    except (RunError, DockerBackendError) as exc:
+    except RunError as exc:  # no root to kill here (no node answers, the root is a host node): nothing was killed
+        raise BadInput(str(exc)) from None
+    except DockerBackendError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(out))
@@ -327,7 +351,7 @@ def kill_root(run_id: str | None, runs_dir: Path | None, timeout_s: float | None
                    f"snake {_fmt(out['snake_converged_s'])} s (bound {out['bound_s']:g} s); pings {pings}")
     lost = any(c["received"] < c["sent"] for c in out["pings"].values())
     if not out["converged"] or lost:
-        sys.exit(1)
+        sys.exit(FAILED)
 
 
 # ---------------------------------------------------------------- down, compose
@@ -344,7 +368,9 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
         raise click.UsageError("give --run-id or --all, not both")
     try:
         target, report = take_down(runs_dir, run_id, all_runs=all_runs)
-    except (RunError, DockerBackendError) as exc:
+    except (RunError, Refused) as exc:
+        raise BadInput(str(exc)) from None
+    except DockerBackendError as exc:
         raise click.ClickException(str(exc)) from None
     out = {"run_id": target, **dataclasses.asdict(report)}
     if as_json:
@@ -357,7 +383,7 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
         for line in report.errors:
             click.echo(f"  {line}", err=True)
     if report.containers_left or report.networks_left:
-        sys.exit(1)
+        sys.exit(FAILED)
 
 
 @click.command()
@@ -373,6 +399,6 @@ def compose(topology: Path, output: Path, seed: int, subnet_pool: str | None, im
     try:
         write_compose(topo, output, seed=seed, pool=subnet_pool or COMPOSE_POOL, image=image,
                       source=str(topology))
-    except ComposeError as exc:
-        raise click.ClickException(str(exc)) from None
+    except ComposeError as exc:  # nothing written
+        raise BadInput(str(exc)) from None
     click.echo(f"wrote {output}: {len(topo.nodes)} nodes, {len(topo.links)} links")

@@ -39,6 +39,7 @@ __all__ = [
     "runs_root",
     "new_run_id",
     "check_run_id",
+    "check_new_run",
     "create_run",
     "open_run",
     "latest_run_id",
@@ -188,15 +189,22 @@ class RunDir:
         return out
 
 
-def create_run(root: Path, run_id: str, *, topology: Mapping[str, Any]) -> RunDir:
-    """Create ``root/<run_id>/`` with ``events/`` and ``topology.json``; mark it as the latest run.
-
-    Raises RunError for a bad id or when the directory already holds a run.
-    """
+def check_new_run(root: Path, run_id: str) -> RunDir:
+    """The directory a new run ``run_id`` would have under ``root``, not made yet: a command checks its id
+    before it does anything. Raises RunError for a bad id or when the directory already holds a run."""
     check_run_id(run_id)
     run = RunDir(root / run_id)
     if (run.path / "topology.json").exists():
         raise RunError(f"run {run_id!r} already exists in {root}; pick another --run-id or remove {run.path}")
+    return run
+
+
+def create_run(root: Path, run_id: str, *, topology: Mapping[str, Any]) -> RunDir:
+    """Create ``root/<run_id>/`` with ``events/`` and ``topology.json``; mark it as the latest run.
+
+    Raises RunError for a bad id or when the directory already holds a run (:func:`check_new_run`).
+    """
+    run = check_new_run(root, run_id)
     run.events_dir.mkdir(parents=True, exist_ok=True)
     run.write_json("topology.json", dict(topology))
     (root / LATEST_FILE).write_text(run_id + "\n", encoding="utf-8")

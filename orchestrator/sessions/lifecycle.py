@@ -1,9 +1,12 @@
 """The life of a run as ``snekbed up|status|ping|kill-root|down`` drive it: bring a topology up on a backend
 (Docker, swarm, or in one process) into its run directory, reopen a live run, report it, take it down.
 
-``up`` on Docker or a swarm rolls back on failure or Ctrl-C (:func:`orchestrator.backends.docker_session.start_run`
-removes everything labelled with the run) and :func:`rolled_back` says what that did; a run that comes up but does
-not converge in time stays up for inspection. ``down`` goes by label, so it also removes what a crashed ``up`` left.
+``up`` on Docker or a swarm is two steps: :func:`prepare_docker` checks that this engine can serve the request and
+readies the images, before the run's directory exists (a refusal, :class:`Refused`, leaves no run directory and
+``runs/LATEST`` as it was); then :func:`up_docker` starts the run in its directory. That rolls back on failure or
+Ctrl-C (:func:`orchestrator.backends.docker_session.start_run` removes everything labelled with the run) and
+:func:`rolled_back` says what that did; a run that comes up but does not converge in time stays up for inspection.
+``down`` goes by label, so it also removes what a crashed ``up`` left.
 
 The Docker SDK is loaded only when a Docker or swarm run is asked for (these functions import the Docker backends
 inside them: tests/test_architecture.py's LAZY_BOUNDARIES), so ``up --backend inproc`` and ``status`` of an
@@ -32,8 +35,9 @@ if TYPE_CHECKING:
     from orchestrator.backends.docker_observe import Convergence
     from orchestrator.backends.docker_session import DockerSession
 
-__all__ = ["DEFAULT_TIMEOUT_S", "DEFAULT_HOST_TIMEOUT_S", "LIVE_BACKENDS", "UpError", "UpCallbacks", "DockerUp",
-           "connect", "open_session", "status_report", "up_docker", "up_inproc", "rolled_back", "take_down"]
+__all__ = ["DEFAULT_TIMEOUT_S", "DEFAULT_HOST_TIMEOUT_S", "LIVE_BACKENDS", "UpError", "Refused", "UpCallbacks",
+           "DockerPrep", "DockerUp", "connect", "open_session", "status_report", "prepare_docker", "up_docker",
+           "up_inproc", "rolled_back", "take_down"]
 
 DEFAULT_TIMEOUT_S = 120.0  # convergence, after the last container started
 DEFAULT_HOST_TIMEOUT_S = 600.0  # host nodes: how long `up` waits for each to be started by hand
@@ -43,6 +47,12 @@ LIVE_BACKENDS = ("docker", "swarm")  # meta.json backends whose runs live on an 
 class UpError(Exception):
     """``up`` on an engine failed after the run directory was made; the message says what was rolled back (or,
     when only monitoring failed, that the run is up and how to remove it)."""
+
+
+class Refused(Exception):
+    """The request was refused before anything was made or changed (``up``: no run directory, nothing on the
+    engine): the engine does not answer or is no swarm manager, the backend cannot run the topology, this host
+    has no kernel shaping for ``--shaping kernel``, or the reference node cannot be built here."""
 
 
 def _ignore(*_: Any) -> None:
@@ -58,6 +68,17 @@ class UpCallbacks:
     phase: Callable[[str, int, int], None] = _ignore  # (phase, done, total): networks, containers
     converging: Callable[[float, int, int], None] = _ignore  # (seconds waited, converged nodes, live nodes)
     announce: Callable[[str], None] | None = None  # host nodes' commands to run (default: stderr)
+
+
+@dataclass(slots=True)
+class DockerPrep:
+    """What :func:`prepare_docker` readied for an ``up`` on an engine, before the run's directory exists."""
+
+    backend: DockerBackend
+    shaping: tuple[ShapingBackend, str]  # (backend, why)
+    image: str
+    reference_image: str | None = None  # nodes whose spec is pinecone run it
+    prometheus_image: str | None = None  # with monitoring only
 
 
 @dataclass(slots=True)
@@ -119,55 +140,78 @@ def up_inproc(topology: Topology, run: RunDir, *, seed: int, timeout_s: float) -
     return out
 
 
-def up_docker(topology: Topology, run: RunDir, *, seed: int, timeout_s: float, shaping: str, pool: str | None,
-              image: str | None, workers: int, monitoring: bool = False, prometheus_image: str | None = None,
-              host_timeout_s: float = DEFAULT_HOST_TIMEOUT_S, swarm: bool = False,
-              callbacks: UpCallbacks | None = None, pinecone_src: Path | None = None) -> DockerUp:
-    """Bring ``topology`` up on this engine (or its swarm) as ``run`` and wait for convergence.
+def prepare_docker(topology: Topology, *, swarm: bool = False, shaping: str = "auto", pool: str | None = None,
+                   workers: int = 8, image: str | None = None, monitoring: bool = False,
+                   prometheus_image: str | None = None, pinecone_src: Path | None = None,
+                   callbacks: UpCallbacks | None = None) -> DockerPrep:
+    """Everything ``up`` does on this engine (or its swarm) before the run's directory is made: check that the
+    engine can run ``topology`` as asked, then build (or reuse) the node image unless ``image`` is given, the
+    reference image (from the reference at ``pinecone_src``, else the default) when a node's spec is ``pinecone``,
+    and with ``monitoring`` the Prometheus image.
 
-    Builds (or reuses) the node image unless ``image`` is given, and the reference image (from the reference at
-    ``pinecone_src``, else the default) when a node's spec is ``pinecone``; with ``monitoring``, the Prometheus
-    image too, and starts Prometheus once the run is up. Raises EngineUnreachable before anything is created when the engine
-    does not answer; UpError when the run could not be brought up (rolled back: the message says what went) or its
-    monitoring could not start (the run stays up); KeyboardInterrupt after rolling back (see :func:`rolled_back`).
+    Raises Refused when the request cannot be served here; ImageError when an image could not be built. Either
+    way nothing of the run exists yet.
     """
-    from orchestrator.backends.docker_session import choose_shaping, start_run
+    from orchestrator.backends.docker_session import choose_shaping
     from orchestrator.backends.image import build_node_image, build_prometheus_image
-    from orchestrator.backends.image_reference import build_reference_image
-    from orchestrator.backends.swarm import SHAPING_WHY
+    from orchestrator.backends.image_reference import ReferenceImageError, build_reference_image
+    from orchestrator.backends.swarm import SHAPING_WHY, SwarmBackend
 
     cb = callbacks or UpCallbacks()
-    backend = connect(pool, workers, swarm=swarm)
     try:
+        backend = connect(pool, workers, swarm=swarm)
+        if isinstance(backend, SwarmBackend):
+            backend.require_manager()
+            backend.check_topology(topology)
         shaping_choice: tuple[ShapingBackend, str] = ("userspace", SHAPING_WHY) if swarm else choose_shaping(shaping)
-        if image is None:
-            image = build_node_image(backend.client, progress=cb.image_line).tag
-            cb.image_built(image)
-        reference_image = None
-        if reference_nodes(topology.variants()):
+    except DockerBackendError as exc:  # EngineUnreachable, SwarmError, --shaping kernel on a host without it
+        raise Refused(str(exc)) from None
+    if image is None:
+        image = build_node_image(backend.client, progress=cb.image_line).tag
+        cb.image_built(image)
+    reference_image = None
+    if reference_nodes(topology.variants()):
+        try:
             reference_image = build_reference_image(backend.client, pinecone_src=pinecone_src,
                                                     progress=cb.image_line).tag  # fmt: skip
-            cb.image_built(reference_image)
-        if monitoring and prometheus_image is None:
-            prometheus_image = build_prometheus_image(backend.client)
-        session, result, conv = start_run(topology, run, backend=backend, image=image, seed=seed,
-                                          shaping=shaping_choice, timeout_s=timeout_s, progress=cb.phase,
+        except ReferenceImageError as exc:
+            raise Refused(str(exc)) from None
+        cb.image_built(reference_image)
+    if monitoring and prometheus_image is None:
+        prometheus_image = build_prometheus_image(backend.client)
+    return DockerPrep(backend, shaping_choice, image, reference_image, prometheus_image if monitoring else None)
+
+
+def up_docker(topology: Topology, run: RunDir, prep: DockerPrep, *, seed: int, timeout_s: float,
+              host_timeout_s: float = DEFAULT_HOST_TIMEOUT_S, callbacks: UpCallbacks | None = None) -> DockerUp:
+    """Bring ``topology`` up as ``run`` with what :func:`prepare_docker` readied, and wait for convergence; with
+    a Prometheus image in ``prep``, start Prometheus once the run is up.
+
+    Raises UpError when the run could not be brought up (rolled back: the message says what went) or its
+    monitoring could not start (the run stays up); KeyboardInterrupt after rolling back (see :func:`rolled_back`).
+    """
+    from orchestrator.backends.docker_session import start_run
+
+    cb = callbacks or UpCallbacks()
+    backend = prep.backend
+    try:
+        session, result, conv = start_run(topology, run, backend=backend, image=prep.image, seed=seed,
+                                          shaping=prep.shaping, timeout_s=timeout_s, progress=cb.phase,
                                           converge_progress=cb.converging, announce=cb.announce,
-                                          host_timeout_s=host_timeout_s, reference_image=reference_image)
+                                          host_timeout_s=host_timeout_s, reference_image=prep.reference_image)
     except (DockerBackendError, ImageError, RunError) as exc:
         raise UpError(f"{exc}\n({rolled_back(run)})") from exc
     prometheus_url = None
-    if monitoring:
-        assert prometheus_image is not None
+    if prep.prometheus_image is not None:
         try:
-            prometheus_url = monitor_docker_run(backend.client, result.plan, image=prometheus_image).prometheus.url
+            prometheus_url = monitor_docker_run(backend.client, result.plan, image=prep.prometheus_image).prometheus.url
         except (OSError, RuntimeError) as exc:
             raise UpError(f"{exc}\n(the run is up: `snekbed down --run-id {run.run_id}` removes it)") from exc
         run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topology.name, "backend": backend.name,
            "nodes": len(result.containers) + len(result.hosts),
            "host_nodes": {n: h.to_dict() for n, h in result.hosts.items()},
-           "links": len(result.plan.links), "image": image, "reference_image": reference_image,
+           "links": len(result.plan.links), "image": prep.image, "reference_image": prep.reference_image,
            "shaping_backend": result.shaping_backend, "shaping_unapplied": run.meta().get("shaping_unapplied", []),
            "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
            "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url}
@@ -180,11 +224,14 @@ def rolled_back(run: RunDir) -> str:
     if done is None:
         return f"run {run.run_id}: nothing was created on the engine"
     left = done.get("containers_left", 0) or done.get("networks_left", 0)
+    errors = "; ".join(done.get("errors") or [])
     said = (f"run {run.run_id} rolled back: removed {done.get('containers_removed', 0)} containers and "
             f"{done.get('networks_removed', 0)} networks")
-    if left or done.get("errors"):
-        said += (f"; LEFT {done.get('containers_left', 0)} containers, {done.get('networks_left', 0)} networks "
-                 f"({'; '.join(done.get('errors') or [])}): `snekbed down --run-id {run.run_id}` removes them")
+    if left:
+        said += (f"; LEFT {done.get('containers_left', 0)} containers, {done.get('networks_left', 0)} networks"
+                 + (f" ({errors})" if errors else "") + f": `snekbed down --run-id {run.run_id}` removes them")
+    elif errors:  # the engine did not answer the rollback: what is left is not known, not none
+        said += f"; the rollback did not finish ({errors}): `snekbed down --run-id {run.run_id}` removes what is left"
     return said
 
 
@@ -196,8 +243,11 @@ def take_down(runs_dir: Path | None, run_id: str | None, *, all_runs: bool = Fal
     in its directory when it has one. A ``run_id`` without a directory (another runs dir?) is still removed by label.
 
     Returns (the run id or None for every run, what was removed and what is left). Raises RunError when no run
-    is named and there is no latest one; DockerBackendError (EngineUnreachable, SwarmError) from the engine.
+    is named and there is no latest one; Refused when the engine does not answer, or the run is a swarm run and
+    this engine is no manager of a swarm; DockerBackendError when removing failed.
     """
+    from orchestrator.backends.engine import EngineUnreachable
+
     target: str | None = None
     run: RunDir | None = None
     if not all_runs:
@@ -208,7 +258,10 @@ def take_down(runs_dir: Path | None, run_id: str | None, *, all_runs: bool = Fal
             if run_id is None:
                 raise
             target = run_id
-    report = _down_everywhere(target, run)
+    try:
+        report = _down_everywhere(target, run)
+    except EngineUnreachable as exc:
+        raise Refused(str(exc)) from None
     if run is not None:
         run.action("down", None, {"containers_removed": report.containers_removed,
                                   "networks_removed": report.networks_removed, "errors": report.errors})
@@ -219,16 +272,16 @@ def _down_everywhere(target: str | None, run: RunDir | None) -> DownReport:
     """Remove the run's swarm services (when this engine manages a swarm), then its containers and networks.
 
     Both sweeps go by label, so a swarm run, a Docker run or leftovers of either all go; the
-    report adds them up. Raises SwarmError when a swarm run's engine is no swarm manager.
+    report adds them up. Raises Refused when a swarm run's engine is no swarm manager.
     """
     from orchestrator.backends.docker import DownReport
-    from orchestrator.backends.swarm import SwarmBackend, SwarmError, swarm_state
+    from orchestrator.backends.swarm import SwarmBackend, swarm_state
 
+    is_swarm = run is not None and run.meta().get("backend") == "swarm"  # a bad meta.json fails before the engine
     plain = connect()
-    is_swarm = run is not None and run.meta().get("backend") == "swarm"
     state = swarm_state(plain.client)
     if is_swarm and not state["manager"]:
-        raise SwarmError(f"run {target} is a swarm run: run `snekbed down` on a manager of its swarm "
+        raise Refused(f"run {target} is a swarm run: run `snekbed down` on a manager of its swarm "
                          f"(this engine's swarm state: {state['state']})")
     total = DownReport()
     if state["manager"]:

@@ -216,7 +216,7 @@ def test_up_rejects_a_bad_topology_before_touching_docker(tmp_path: Path, monkey
     monkeypatch.setattr(lifecycle, "connect", no_docker)
     monkeypatch.setattr("docker.from_env", no_docker)
     result = CliRunner().invoke(cli.main, ["up", str(bad), "--runs-dir", str(tmp_path / "runs"), "--run-id", "never"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"{bad}:4: links[0].b: unknown node 'zz'" in result.output
     assert not (tmp_path / "runs").exists()
 
@@ -234,7 +234,7 @@ def test_up_inproc_records_a_run_with_the_same_keys_as_docker(tmp_path: Path) ->
     status = CliRunner().invoke(cli.main, ["status", "--json", *runs])  # the most recent run
     assert status.exit_code == 0 and json.loads(status.output)["backend"] == "inproc"
     ping = CliRunner().invoke(cli.main, ["ping", "n01", "n02", *runs])
-    assert ping.exit_code == 1 and "used the 'inproc' backend" in ping.output
+    assert ping.exit_code == 2 and "used the 'inproc' backend" in ping.output
 
 
 def test_links_not_made_are_read_from_the_nodes_state() -> None:
