@@ -4,6 +4,11 @@ Progress is visible while Spark works: a rich status line shows the current
 stage, and a background thread polls Spark's status tracker for the running
 stage's task counts. With ``--json`` the progress goes to stderr and stdout
 gets one JSON object.
+
+Exit codes (the rule of every snekbed command: :mod:`contract.exit_codes`): 0 analyzed; 1 the analysis failed
+(input lines unaccounted for, Spark failing); 2 a path that is not a run directory, or a run directory that does
+not meet the run-dataset contract (the message names the file and field), found before Spark starts; or Spark
+that cannot start here (no Java, a bad ``--master``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.errors import PipelineError
+from contract.exit_codes import BAD_INPUT
+from pipeline.errors import PipelineError, SparkSetupError
 
 __all__ = ["analyze", "spark_progress"]
 
@@ -63,6 +69,13 @@ def spark_progress(spark, show: Callable[[str], None], every_s: float = 0.5) -> 
         thread.join(timeout=2)
 
 
+def _refused(exc: PipelineError) -> click.ClickException:
+    """Exit 2: refused before any job ran (printed as ``Error: ...`` like every click error)."""
+    refused = click.ClickException(str(exc))
+    refused.exit_code = BAD_INPUT
+    return refused
+
+
 @click.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--master", default="local[*]", show_default=True,
@@ -80,7 +93,7 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
 
     Writes Parquet tables under OUT/tables and OUT/report.md, OUT/report.html with PNG plots;
     runs that are arms of an A/B experiment (meta.json "ab") are also compared, into OUT/ab.json.
-    Exits 1 when a run directory is invalid or input lines are unaccounted for.
+    Exits 2 when a run directory is invalid, 1 when input lines are unaccounted for.
     """
     from rich.console import Console
 
@@ -91,9 +104,12 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
     t0 = time.perf_counter()
     # the analysis's own imports (the jobs, matplotlib for the plots: about 1 s) load while the JVM starts
     loading = threading.Thread(target=importlib.import_module, args=("pipeline.analysis",), name="load-analysis")
-    loading.start()
     try:
         runs = discover_runs(list(run_dirs))  # a bad run directory fails here, before a JVM starts
+    except PipelineError as exc:
+        raise _refused(exc) from None
+    loading.start()  # once there is something to analyze (an exit while it imports leaves a traceback)
+    try:
         with console.status("starting Spark", spinner="dots") as status:
             spark = get_spark(master, "snekbed-analyze", ui=spark_ui, driver_memory=driver_memory,
                               input_bytes=input_size(runs))
@@ -110,6 +126,8 @@ def analyze(run_dirs: tuple[Path, ...], master: str, out: Path, as_json: bool, d
                                               timeline_bin_s=timeline_bin_s)
             finally:
                 spark.stop()
+    except SparkSetupError as exc:  # no Java, a bad --master: before any job ran
+        raise _refused(exc) from None
     except PipelineError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

@@ -48,6 +48,7 @@ __all__ = [
     "NsRun",
     "ShapingError",
     "ShapingRecord",
+    "ShapingRefused",
     "apply_endpoint",
     "apply_endpoints",
     "clear_endpoint",
@@ -70,6 +71,11 @@ _OUR_QDISCS = ("tbf", "htb", "netem")  # root qdiscs a plan installs (Docker lea
 
 class ShapingError(NetemError, RuntimeError):
     """Applying, clearing or inspecting shaping on a running link end failed; the message names where."""
+
+
+class ShapingRefused(ShapingError):
+    """Refused before any link end was touched: the run has no running link ends, this host cannot do the backend
+    asked for, or a file of the run cannot be read (the message names it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +181,13 @@ def save_record(record: ShapingRecord, path: Path) -> None:
 
 
 def load_record(path: Path) -> ShapingRecord | None:
-    """The record at ``path``, or None when there is none. Raises ShapingError when it is unreadable."""
+    """The record at ``path``, or None when there is none. Raises ShapingRefused when it is unreadable."""
     try:
         return ShapingRecord.model_validate_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ShapingError(f"{path}: unreadable shaping record ({exc})") from exc
+        raise ShapingRefused(f"{path}: unreadable shaping record ({exc})") from exc
 
 
 # ---------------------------------------------------------------- pure helpers

@@ -22,8 +22,8 @@ from orchestrator.backends.shaping import (
     BACKENDS,
     Endpoint,
     EndpointState,
-    ShapingError,
     ShapingRecord,
+    ShapingRefused,
     apply_endpoints,
     clear_endpoint,
     endpoint_state,
@@ -56,7 +56,7 @@ def run_endpoints(run_id: str, *, client: Any = None, runs_dir: str | Path | Non
 
     Uses ``orchestrator.backends.docker_links.link_endpoints``; the shape comes from the run's
     ``topology.json`` (overrides included) when there is one, else from the class table.
-    Raises ShapingError when the run has no running link ends.
+    Raises ShapingRefused when the run has no running link ends or its topology.json cannot be read.
     """
     topology = _run_topology(run_id, runs_dir)
     out: list[Endpoint] = []
@@ -70,7 +70,7 @@ def run_endpoints(run_id: str, *, client: Any = None, runs_dir: str | Path | Non
         out.append(Endpoint(link=str(le.link_index), link_class=le.link_class, shape=shape, node=le.node, pid=le.pid,
                             ip=le.ip, peer=le.peer, peer_ip=le.peer_ip, container_id=le.container_id))
     if not out:
-        raise ShapingError(f"run {run_id!r}: no running link ends (is it up? `snekbed status --run-id {run_id}`)")
+        raise ShapingRefused(f"run {run_id!r}: no running link ends (is it up? `snekbed status --run-id {run_id}`)")
     return out
 
 
@@ -78,7 +78,10 @@ def _run_topology(run_id: str, runs_dir: str | Path | None) -> Topology | None:
     path = record_path(run_id, runs_dir).with_name("topology.json")
     if not path.exists():
         return None
-    return Topology.from_data(json.loads(path.read_text(encoding="utf-8")), file=str(path))
+    try:
+        return Topology.from_data(json.loads(path.read_text(encoding="utf-8")), file=str(path))
+    except ValueError as exc:  # not JSON, or a TopologyError naming the file and field
+        raise ShapingRefused(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
 
 
 def run_backend(run_id: str, runs_dir: str | Path | None = None) -> ShapingBackend | None:
@@ -100,22 +103,22 @@ def apply_run(run_id: str, *, backend: ShapingBackend | None = None, force: bool
     ``backend`` defaults to the one the nodes were started for (meta.json), else the
     probe's choice. Asking for a backend the probe says cannot work, or (without
     ``force``) one other than the nodes were started for (their userspace part would
-    be wrong), raises ShapingError. ``endpoints`` overrides :func:`run_endpoints`.
+    be wrong), raises ShapingRefused. ``endpoints`` overrides :func:`run_endpoints`.
     """
     caps = probe()
     started = run_backend(run_id, runs_dir)
     chosen: ShapingBackend = backend or started or caps.backend
     if chosen not in BACKENDS:
-        raise ShapingError(f"unknown shaping backend {chosen!r} (expected one of {', '.join(BACKENDS)})")
+        raise ShapingRefused(f"unknown shaping backend {chosen!r} (expected one of {', '.join(BACKENDS)})")
     if chosen == "kernel-netem" and not caps.netem:
-        raise ShapingError("backend kernel-netem asked for, but this kernel has no netem: " + "; ".join(caps.notes))
+        raise ShapingRefused("backend kernel-netem asked for, but this kernel has no netem: " + "; ".join(caps.notes))
     if chosen == "kernel-partial" and caps.backend == "userspace":
-        raise ShapingError("backend kernel-partial asked for, but tc/iptables statistic are unusable here: "
-                           + "; ".join(caps.notes))
+        raise ShapingRefused("backend kernel-partial asked for, but tc/iptables statistic are unusable here: "
+                             + "; ".join(caps.notes))
     if started is not None and chosen != started and not force:
-        raise ShapingError(f"run {run_id}: its nodes were started for the {started!r} backend (their peer URIs carry "
-                           f"its userspace part); applying {chosen!r} would shape some parts twice or not at all. "
-                           "Pass force to do it anyway.")
+        raise ShapingRefused(f"run {run_id}: its nodes were started for the {started!r} backend (their peer URIs "
+                             f"carry its userspace part); applying {chosen!r} would shape some parts twice or not at "
+                             "all. Pass force to do it anyway.")
     eps = endpoints if endpoints is not None else run_endpoints(run_id, client=client, runs_dir=runs_dir)
     notes = list(caps.notes)
     if started is None:

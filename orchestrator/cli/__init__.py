@@ -2,7 +2,8 @@
 
 Each command lives next to the code it drives and is imported only when it is
 run, so ``snekbed node`` inside a container never imports the Docker SDK or
-Spark. To add a command, add one line to ``COMMANDS``.
+Spark. To add a command, add one line to ``COMMANDS``. Every command exits by one rule: :mod:`contract.exit_codes`
+(docs/orchestrator.md, "Exit codes").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import click
 
 from node.core import implementation as core_implementation
 from orchestrator.backends.reference import reference_available
+from orchestrator.cli.options import BadInput
 
 # command name -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
@@ -64,7 +66,7 @@ def _unavailable(name: str, exc: ModuleNotFoundError) -> click.Command:
     why = f"not available in this install: needs the '{exc.name}' module"
 
     def fail() -> None:
-        raise click.ClickException(f"'{name}' is {why} (pip install 'snekbed[all]')")
+        raise BadInput(f"'{name}' is {why} (pip install 'snekbed[all]')")  # this install cannot serve it
 
     return click.Command(name, callback=fail, help=f"({why})", short_help=f"({why})", context_settings={
         "ignore_unknown_options": True, "allow_extra_args": True})

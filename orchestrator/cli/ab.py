@@ -12,7 +12,8 @@ Output: ``OUT/ab.json`` (the manifest of runs), ``OUT/runs/`` (every run directo
 ``{"experiment", "a", "b", "seeds", "runs", "metrics": {...}, "out", "report", "wall_s", "alpha", "warnings"}``.
 Exit 0 when the experiment ran, whichever arm is better, even when runs failed a chaos check (``runs_failed``
 names them: a variant that breaks an invariant is a result) and whatever the warnings; 1 when the analysis
-failed; 2 for a bad spec, scenario or topology.
+failed; 2 for a bad spec, scenario or topology (the message names the file, line and field), before any run (the
+rule: :mod:`contract.exit_codes`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import click
 
+from contract.exit_codes import FAILED
 from node.core.variants import VariantError, VariantSpec
 from pipeline import analysis, session
 from pipeline.errors import PipelineError
@@ -34,6 +36,7 @@ from pipeline.jobs.ab import (CONFIDENCE, Metric, compare_metric, metric_warning
 from orchestrator.experiments.ab import AbPlan, run_arms
 from orchestrator.chaos.engine import ChaosOptions, ChaosSetupError, load_inputs, require_hostable
 from orchestrator.chaos.scenario import ScenarioError
+from orchestrator.cli.options import BadInput
 from orchestrator.model.topology import TopologyError
 
 __all__ = ["ab"]
@@ -156,8 +159,7 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
             except ChaosSetupError as exc:
                 raise click.BadParameter(str(exc), param_hint=arm) from None
     except (ScenarioError, TopologyError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        raise BadInput(str(exc)) from None
     warnings = power_warnings(seeds, alpha)
     _warn(warnings)  # before any run: the user may stop here and add seeds
     plan = AbPlan(a, b, sc, topology, list(range(seeds)), backend=backend, out=out, image=image,
@@ -179,11 +181,11 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
         doc = analyze_arms(run_dirs, out / "analysis", master)
     except PipelineError as exc:
         click.echo(f"error: analysis failed: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(FAILED)
     exp = doc.get(manifest["experiment"])
     if exp is None:
         click.echo(f"error: the analysis found no A/B runs of experiment {manifest['experiment']}", err=True)
-        sys.exit(1)
+        sys.exit(FAILED)
     if abs(alpha - (1 - CONFIDENCE)) > 1e-12:  # the analysis tests at 95 %: the same pairs, at the chosen level
         exp = relevel(exp, round(1 - alpha, 12))
     late = metric_warnings(exp["metrics"], alpha)

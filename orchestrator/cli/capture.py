@@ -1,4 +1,9 @@
-"""``snekbed capture NODE`` and ``snekbed wireshark install|check`` (docs/capture.md)."""
+"""``snekbed capture NODE`` and ``snekbed wireshark install|check`` (docs/capture.md).
+
+Exit codes (:mod:`contract.exit_codes`): 0 done (and with ``--check``, the dissector and the codec agree); 1 they
+disagree, or the capture failed while it ran; 2 refused before anything was recorded or read: no such run or node,
+a run that is not a Docker run, a missing tool, a file that is no capture tshark can read.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,11 @@ from pathlib import Path
 
 import click
 
+from contract.exit_codes import FAILED, OK
+
+from orchestrator.cli.options import BadInput
 from orchestrator.model.runs import RunError, open_run, runs_root
-from orchestrator.tools.capture import CaptureError, capture_in_run, check_capture, install_dissector
+from orchestrator.tools.capture import CaptureError, CaptureRefused, capture_in_run, check_capture, install_dissector
 
 __all__ = ["capture", "wireshark"]
 
@@ -43,10 +51,12 @@ def capture(node: str, peer: str | None, run_id: str | None, runs_dir: Path | No
     """Record NODE's snek traffic in a running Docker run into a pcapng file (from the host, in its namespace)."""
     try:
         run = open_run(runs_root(runs_dir), run_id)
-    except RunError as exc:
+        out = capture_in_run(run, node, duration_s, peer=peer, out=output)
+    except (RunError, CaptureRefused) as exc:
+        raise BadInput(str(exc)) from None
+    except CaptureError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        out = capture_in_run(run, node, duration_s, peer=peer, out=output)
         result = check_capture(out) if check else None
     except CaptureError as exc:
         raise click.ClickException(str(exc)) from None
@@ -56,7 +66,7 @@ def capture(node: str, peer: str | None, run_id: str | None, runs_dir: Path | No
         else:
             click.echo(f"wrote {out}")
             _report(result, False)
-        sys.exit(0 if result.ok else 1)
+        sys.exit(OK if result.ok else FAILED)
     click.echo(json.dumps({"pcapng": str(out)}) if as_json else f"wrote {out}")
 
 
@@ -85,10 +95,11 @@ def install(plugins_dir: Path | None, config_dir: Path | None, as_json: bool) ->
 @click.argument("pcap", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True)
 def check(pcap: Path, as_json: bool) -> None:
-    """Decode PCAP with tshark + the dissector and with the project's codec; exit 1 unless they agree."""
+    """Decode PCAP with tshark + the dissector and with the project's codec; exit 1 unless they agree (2 when
+    PCAP is no capture tshark can read, or tshark is missing)."""
     try:
         result = check_capture(pcap)
     except CaptureError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
     _report(result, as_json)
-    sys.exit(0 if result.ok else 1)
+    sys.exit(OK if result.ok else FAILED)

@@ -3,9 +3,10 @@
 ``--repeat N`` runs it N times and reports the agreement per step (orchestrator.chaos.repeat); ``--shrink``
 delta-debugs a failing reference sequence (orchestrator.chaos.shrink).
 
-Exit codes: 0 when every step passed, 1 when one failed (the JSON names it), 2 for a
-bad scenario or topology file (the message names the file, line and field), 3 when a fault was not
-confirmed (the verdict ``invalid``: the run proves nothing about it).
+Exit codes (the rule of :mod:`contract.exit_codes`): 0 when every step passed, 1 when one failed (the JSON names
+it), 2 for a bad scenario or topology file (the message names the file, line and field) or a run the backend
+refuses before it starts, 3 when a fault was not confirmed (the verdict ``invalid``: the run proves nothing about
+it).
 ``SCENARIO`` is a YAML scenario, a reference-simulator sequence (``.json``), or the
 name of a shipped one (``snekbed chaos --list``).
 """
@@ -27,18 +28,16 @@ from orchestrator.chaos.engine import (
     BACKENDS, ChaosOptions, ChaosSetupError, execute, require_topology, resolve_scenario, shipped_scenarios, step_line,
 )  # fmt: skip
 from orchestrator.chaos.nemesis import random_scenario
-from orchestrator.chaos.repeat import agreement_table, exit_code, repeat
+from orchestrator.chaos.repeat import EXIT_CODES, agreement_table, exit_code, repeat
 from orchestrator.chaos.scenario import Scenario, ScenarioError, load_scenario, parse_reference_sequence
 from orchestrator.chaos.shrink import shrink
-from orchestrator.cli.options import address_option
+from orchestrator.cli.options import BadInput, address_option
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
 
+#: EXIT_CODES (orchestrator.chaos.repeat's): the run's verdict -> the exit code: 0 pass, 1 fail, 3 invalid (a fault
+#: was not confirmed: docs/chaos.md, "Confirmed faults"); 2 is a bad scenario or topology file
 __all__ = ["EXIT_CODES", "chaos"]
-
-#: the run's verdict -> the exit code: 0 pass, 1 fail, 3 invalid (a fault was not confirmed: docs/chaos.md,
-#: "Confirmed faults"); 2 is a bad scenario or topology file
-EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3}
 
 
 @click.command("chaos")
@@ -145,7 +144,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
         t = out["traffic"]
         click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
                    + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
-    sys.exit(EXIT_CODES.get(out["verdict"], 1))
+    sys.exit(exit_code(out["verdict"]))
 
 
 def _modes(scenario: str | None, repeat_n: int | None, shrink: bool, shrink_out: Path | None,
@@ -178,8 +177,7 @@ def _inputs(scenario: str | None, topology_path: Path | None, random_n: int | No
             sc = load_scenario(resolve_scenario(scenario), topology)  # every node a step names looked up now
         require_topology(sc, topology, scenario)
     except (ScenarioError, TopologyError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        raise BadInput(str(exc)) from None
     return sc, topology
 
 

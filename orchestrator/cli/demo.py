@@ -1,7 +1,9 @@
 """``snekbed demo [--backend auto|docker|inproc] [--runs-dir DIR] [--no-analyze] [--topology FILE] [--scenario S]``:
 the main job on a fresh machine (orchestrator.experiments.demo runs it; this parses the options and reports).
 
-Exit codes: 0 when the run passed (and was analyzed), 1 when it could not run or failed a chaos check.
+Exit codes (:mod:`contract.exit_codes`): 0 when the run passed (and was analyzed), 1 when it failed a chaos check
+or failed part-way, 2 when it was refused before anything ran (a bad --topology or --scenario file, --backend docker
+without a reachable engine, no Java or Spark for the analysis).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from orchestrator.experiments.demo import DemoError, DemoOptions, Echo, run_demo
+from orchestrator.cli.options import BadInput
+from orchestrator.experiments.demo import DemoError, DemoOptions, DemoRefused, Echo, run_demo
 
 __all__ = ["demo"]
 
@@ -36,5 +39,7 @@ def demo(backend: str, runs_dir: Path | None, do_analyze: bool, master: str, top
                           scenario=scenario_name)  # fmt: skip
     try:
         run_demo(options, Echo(out=click.echo, err=partial(click.echo, err=True)))
+    except DemoRefused as exc:
+        raise BadInput(str(exc)) from None
     except DemoError as exc:
         raise click.ClickException(str(exc)) from None

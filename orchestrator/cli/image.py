@@ -1,5 +1,9 @@
 """``snekbed image build|prometheus|show``: the node image, the reference node image and the Prometheus image,
-built without a registry (orchestrator/backends/image.py, image_reference.py; docs/image.md)."""
+built without a registry (orchestrator/backends/image.py, image_reference.py; docs/image.md).
+
+Exit codes (:mod:`contract.exit_codes`): 0 done; 1 a build failed; 2 refused: no Docker engine (before any build),
+or a reference at ``--pinecone-src`` that cannot be built here (no Go, no copy of the reference).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from orchestrator.backends.image import (
 from orchestrator.backends.image_base import BASE_IMAGE
 from orchestrator.backends.image_common import ImageError, default_cache_dir
 from orchestrator.backends.image_reference import ReferenceImageError, build_reference_image
+from orchestrator.cli.options import BadInput
 
 __all__ = ["image"]
 
@@ -34,7 +39,7 @@ def _client() -> Any:
     try:
         return docker_client()
     except EngineUnreachable as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise BadInput(str(exc)) from None
 
 
 @click.group()
@@ -71,8 +76,8 @@ def build(force: bool, base_image: str | None, refresh_wheels: bool, pinecone_sr
             reference: ImageInfo | str = build_reference_image(client, base=base_image, pinecone_src=pinecone_src,
                                                                force=force, progress=progress)  # fmt: skip
         except ReferenceImageError as exc:
-            if pinecone_src is not None:
-                raise click.ClickException(str(exc)) from exc
+            if pinecone_src is not None:  # asked for, and it cannot be built here
+                raise BadInput(str(exc)) from None
             reference = str(exc)
         except ImageError as exc:
             raise click.ClickException(str(exc)) from exc

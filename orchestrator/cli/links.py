@@ -5,6 +5,10 @@ to pick): ``apply``/``clear`` shape it from the host (:mod:`orchestrator.backend
 ``show`` prints the record next to the live state, ``check`` measures every link and
 judges it against its class (:mod:`orchestrator.tools.links_check`). This module parses, calls
 and prints only.
+
+Exit codes (:mod:`contract.exit_codes`): 0 done; 1 ``show`` found a link end out of sync, ``check`` a link out of
+its class's tolerances, or shaping failed part-way; 2 refused before any link end was touched: no such run, no
+Docker engine, no running link ends, a backend this host cannot do, a run file that cannot be read.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from typing import Any
 
 import click
 
+from contract.exit_codes import FAILED
+
 from orchestrator.backends.engine import EngineUnreachable, docker_client
-from orchestrator.backends.shaping import ShapingError
+from orchestrator.backends.shaping import ShapingError, ShapingRefused
 from orchestrator.backends.shaping_runs import apply_run, clear_run, show_run
+from orchestrator.cli.options import BadInput
 from orchestrator.model.runs import RunError, open_run, runs_root
 from orchestrator.tools.links_check import CheckOptions, check_run, tolerances
 
@@ -31,16 +38,21 @@ _runs_dir_option = click.option("--runs-dir", type=click.Path(file_okay=False, p
 
 
 def _target(runs_dir: Path | None, run_id: str | None, sub: str) -> tuple[str, Any]:
-    """The run's id (default: the latest) and a client of the engine it runs on; ClickException when there is no
-    such run or the engine does not answer."""
+    """The run's id (default: the latest) and a client of the engine it runs on; exit 2 when there is no such run
+    or the engine does not answer."""
     try:
         rid = open_run(runs_root(runs_dir), run_id).run_id
     except RunError as exc:
-        raise click.ClickException(f"{exc}; `snekbed links {sub}` {_NEEDS_TOPOLOGY}") from None
+        raise BadInput(f"{exc}; `snekbed links {sub}` {_NEEDS_TOPOLOGY}") from None
     try:
         return rid, docker_client()
     except EngineUnreachable as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
+
+
+def _refused_or_failed(exc: ShapingError) -> click.ClickException:
+    """Exit 2 for a request refused before any link end was touched, 1 for shaping that failed part-way."""
+    return BadInput(str(exc)) if isinstance(exc, ShapingRefused) else click.ClickException(str(exc))
 
 
 def _console() -> Any:
@@ -79,7 +91,7 @@ def apply(run_id: str | None, runs_dir: Path | None, backend_name: str | None, f
         record = apply_run(rid, backend=backend_name, force=force, client=client,  # type: ignore[arg-type]
                            runs_dir=runs_dir)
     except ShapingError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _refused_or_failed(exc) from None
     if as_json:
         click.echo(record.model_dump_json(indent=2))
         return
@@ -119,7 +131,7 @@ def show(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
     try:
         record, states = show_run(rid, client=client, runs_dir=runs_dir)
     except ShapingError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _refused_or_failed(exc) from None
     if as_json:
         click.echo(json.dumps({"record": record.model_dump() if record else None,
                                "live": [s.model_dump() for s in states]}, indent=2))
@@ -144,7 +156,7 @@ def show(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
                           str(len(st.loss_rules)), "in sync" if st.in_sync else "; ".join(st.problems))
         console.print(table)
     if not all(s.in_sync for s in states):
-        raise SystemExit(1)
+        raise SystemExit(FAILED)
 
 
 @links.command()
@@ -157,7 +169,7 @@ def clear(run_id: str | None, runs_dir: Path | None, as_json: bool) -> None:
     try:
         done = clear_run(rid, client=client, runs_dir=runs_dir)
     except ShapingError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _refused_or_failed(exc) from None
     if as_json:
         click.echo(json.dumps(done, indent=2))
         return
@@ -192,14 +204,14 @@ def check(run_id: str | None, runs_dir: Path | None, link_ids: tuple[str, ...], 
     try:
         results = check_run(rid, client=client, runs_dir=runs_dir, options=options, links=link_ids or None)
     except ShapingError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _refused_or_failed(exc) from None
     if as_json:
         for r in results:
             click.echo(json.dumps(r.to_json()))
     else:
         _print_checks(rid, results)
     if not results or not all(r.passed for r in results):
-        raise SystemExit(1)
+        raise SystemExit(FAILED)
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -1,4 +1,9 @@
-"""``snekbed sim TOPOLOGY [--clock virtual|real] [--seed N] [--pairs N] [--kill-root] [--json]``."""
+"""``snekbed sim TOPOLOGY [--clock virtual|real] [--seed N] [--pairs N] [--kill-root] [--json]``.
+
+Exit codes (:mod:`contract.exit_codes`): 0 converged; 1 the snake did not converge (the table or the JSON is
+printed all the same); 2 a bad topology file (its file, line and field), a bad option, or a node the in-process
+backend cannot host.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,11 @@ from pathlib import Path
 
 import click
 
+from contract.exit_codes import FAILED
 from node.core.variants import VariantError, VariantSpec
 
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
-from orchestrator.cli.options import address_option
+from orchestrator.cli.options import BadInput, address_option
 from orchestrator.cli.render import sim_table
 from orchestrator.model.hosting import HostingError
 from orchestrator.sessions.sim import config_from_topology, refused_sentence, run_sim_sync
@@ -81,7 +87,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
     try:
         topo = load_topology(topology, on_warning=lambda msg: click.echo(f"warning: {msg}", err=True))
     except TopologyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise BadInput(str(exc)) from None
     try:
         cfg = config_from_topology(
             topo, clock=clock, seed=seed, pairs=pairs, ping_mode=ping_mode, kill_root=kill_root,
@@ -99,6 +105,8 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
         click.echo(json.dumps(out))
         if out["links_refused"]:
             click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
+        if out["snake_converged_s"] is None:
+            sys.exit(FAILED)
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -112,4 +120,4 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
         out = run_sim_sync(cfg, progress)
     sim_table(out)
     if out["snake_converged_s"] is None:
-        sys.exit(1)
+        sys.exit(FAILED)

@@ -1,5 +1,10 @@
 """``snekbed view``: serve the page for a recorded run (replay) or a running Docker run (live)
-(orchestrator/tools/view/; docs/view.md)."""
+(orchestrator/tools/view/; docs/view.md).
+
+Exit codes (:mod:`contract.exit_codes`): 0 after Ctrl-C (or ``--check``); 2 when there is nothing to show or
+nowhere to show it: a run directory that cannot be replayed (the message names the file, line and field), no
+such run, no Docker engine for ``--live``, or a ``--listen`` address that cannot be bound.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from pathlib import Path
 import click
 
 from orchestrator.backends.docker_net import DockerBackendError
-from orchestrator.cli.options import address_option
+from orchestrator.cli.options import BadInput, address_option
 from orchestrator.model.runs import RunError, open_run, runs_root
 from orchestrator.tools.view.app import POLL_S
 from orchestrator.tools.view.serve import DEFAULT_LISTEN, check_summary, follow_live, replay
@@ -57,9 +62,9 @@ def view(run_dir: Path | None, live: bool, run_id: str | None, runs_dir: Path | 
                 return
         timeline = Timeline.from_run(path)
     except (RunError, TimelineError, DockerBackendError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
     except OSError as exc:
-        raise click.ClickException(f"--listen {listen}: {exc}") from None
+        raise BadInput(f"--listen {listen}: {exc}") from None
     except KeyboardInterrupt:
         return
     if timeline.skipped_count:
@@ -72,4 +77,4 @@ def view(run_dir: Path | None, live: bool, run_id: str | None, runs_dir: Path | 
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        raise click.ClickException(f"--listen {listen}: {exc}") from None
+        raise BadInput(f"--listen {listen}: {exc}") from None

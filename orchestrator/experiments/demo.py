@@ -15,7 +15,8 @@ real analysis after the run is the warm second pass), at a low CPU priority so t
 The demo ends with where its time went (docs/performance.md).
 
 Lines for the user go through an :class:`Echo` (the results to ``out``, progress and explanations to ``err``);
-what stops the demo is a :class:`DemoError`, which the command line reports (exit 1).
+what stops the demo is a :class:`DemoError`, which the command line reports (exit 1), or before anything ran a
+:class:`DemoRefused` (exit 2: a bad file, Docker asked for and not reachable, no analysis possible here).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from orchestrator.model.runs import new_run_id, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
 
-__all__ = ["DemoError", "DemoOptions", "Echo", "SparkWarmup", "analyze_run", "run_demo", "where_time_went"]
+__all__ = ["DemoError", "DemoOptions", "DemoRefused", "Echo", "SparkWarmup", "analyze_run", "run_demo",
+           "where_time_went"]
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_GRAPH = REPO.parent / "shared" / "topologies" / "pinecone" / "graph-250.txt"
@@ -54,6 +56,11 @@ SMALL_DEMO_NODES = 300
 
 class DemoError(Exception):
     """The demo cannot go on, or its run failed a chaos check: the message says why."""
+
+
+class DemoRefused(DemoError):
+    """The demo refused before anything ran: a bad scenario or topology file, Docker asked for and not reachable,
+    or the analysis asked for and not possible here."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +292,7 @@ def run_demo(options: DemoOptions, echo: Echo) -> None:
     along; the run is recorded, checked by the chaos checker and analyzed with Spark. Raises DemoError."""
     why = _docker_reason() if options.backend != "inproc" else "asked for inproc"
     if options.backend == "docker" and why:
-        raise DemoError(f"--backend docker: {why}")
+        raise DemoRefused(f"--backend docker: {why}")
     run_id = new_run_id()
     run_dir = runs_root(options.runs_dir) / run_id
     sc, topo = _inputs(options, why, echo)
@@ -339,16 +346,16 @@ def _inputs(options: DemoOptions, why: str | None, echo: Echo) -> tuple[Scenario
         echo.err(f"demo: in-process backend ({why}), scenario {sc.name}")
         return sc, load_topology(options.topology or (SHARED_GRAPH if SHARED_GRAPH.exists() else MESH))
     except (ScenarioError, TopologyError) as exc:
-        raise DemoError(str(exc)) from None
+        raise DemoRefused(str(exc)) from None
 
 
 def _warm_up(options: DemoOptions, topo: Topology) -> SparkWarmup | None:
-    """Spark started beside the run (None without the analysis); DemoError when it cannot run here."""
+    """Spark started beside the run (None without the analysis); DemoRefused when it cannot run here."""
     if not options.analyze:
         return None
     why_not = _analysis_reason()
     if why_not:
-        raise DemoError(f"cannot analyze the run here: {why_not} (or run with --no-analyze)")
+        raise DemoRefused(f"cannot analyze the run here: {why_not} (or run with --no-analyze)")
     # The JVM starts before the run exists, so its size is estimated: the shipped demo topologies (mesh-12,
     # graph-250) record a few MB, well inside session.SMALL_INPUT_BYTES; a bigger --topology gets the default
     # session (the same results either way, only the speed differs).

@@ -239,7 +239,7 @@ def test_a_directory_that_is_not_a_run_fails_with_one_line(tmp_path):
     not_a_run.mkdir()
     (not_a_run / "notes.txt").write_text("not a run\n")
     proc = run_analyze(not_a_run, "--master", "local[2]", "--out", tmp_path / "out", "--json")
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stdout == ""
     errors = stderr_error_lines(proc.stderr)
     assert len(errors) == 1, proc.stderr[-2000:]
@@ -251,7 +251,7 @@ def test_a_run_missing_a_file_fails_naming_it(sim_runs, tmp_path):
     shutil.copytree(sim_runs[0], run)
     (run / "pings.jsonl").unlink()
     proc = run_analyze(run, "--master", "local[2]", "--out", tmp_path / "out", "--json")
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stdout == ""
     errors = stderr_error_lines(proc.stderr)
     assert len(errors) == 1, proc.stderr[-2000:]

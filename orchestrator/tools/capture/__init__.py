@@ -45,8 +45,8 @@ _PING_TYPE_AT = len(wire.PING_PREAMBLE)
 _HANDSHAKE_HEAD = wire.HANDSHAKE_VERSION.to_bytes(1, "big") + bytes(3)  # the version byte, three zero bytes
 _KNOWN_CAPABILITIES = frozenset(v.capabilities for v in VARIANTS.values())  # the ping payload (§8): preamble, type, u16 hop count
 
-__all__ = ["CaptureCheck", "CaptureError", "DISSECTOR", "TSHARK_ARGS", "capture_in_run", "capture_node",
-           "check_capture", "dissector_path", "install_dissector"]
+__all__ = ["CaptureCheck", "CaptureError", "CaptureRefused", "DISSECTOR", "TSHARK_ARGS", "capture_in_run",
+           "capture_node", "check_capture", "dissector_path", "install_dissector"]
 
 DISSECTOR = "snek.lua"
 #: what tshark needs to use the shipped dissector without installing it
@@ -56,6 +56,11 @@ TSHARK_ARGS: tuple[str, ...] = ("--disable-heuristic", HEURISTIC_OFF)
 
 class CaptureError(Exception):
     """A capture could not be made or read (a missing tool, no such node, tshark failing)."""
+
+
+class CaptureRefused(CaptureError):
+    """A capture that cannot be made at all, so nothing was recorded: a missing tool, no such node or link, a run
+    that is not a Docker run."""
 
 
 def dissector_path() -> Path:
@@ -88,7 +93,7 @@ def install_dissector(plugins_dir: Path | None = None, config_dir: Path | None =
 def _need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        raise CaptureError(f"{tool} is not installed (apt-get install -y tshark: it brings dumpcap)")
+        raise CaptureRefused(f"{tool} is not installed (apt-get install -y tshark: it brings dumpcap)")
     return path
 
 
@@ -101,11 +106,11 @@ def capture_node(run_id: str, node: str, out: Path, duration_s: float, *, peer: 
     dumpcap, nsenter = _need("dumpcap"), _need("nsenter")
     ends = [e for e in link_endpoints(run_id, client, with_dev=True) if e.node == node]
     if not ends:
-        raise CaptureError(f"run {run_id}: no running container for node {node!r} with links")
+        raise CaptureRefused(f"run {run_id}: no running container for node {node!r} with links")
     if peer is not None:
         ends = [e for e in ends if e.peer == peer]
         if not ends:
-            raise CaptureError(f"run {run_id}: node {node!r} has no link to {peer!r}")
+            raise CaptureRefused(f"run {run_id}: node {node!r} has no link to {peer!r}")
         iface, bpf = ends[0].dev, f"tcp and host {ends[0].peer_ip}"
     else:
         iface, bpf = "any", "tcp and (" + " or ".join(f"host {e.peer_ip}" for e in ends) + ")"
@@ -124,7 +129,7 @@ def capture_in_run(run: RunDir, node: str, duration_s: float, *, peer: str | Non
     """:func:`capture_node` for a run directory: only a Docker run can be captured from the host; the file goes
     to ``out``, by default ``runs/<id>/captures/<node>[-<peer>].pcapng``. Returns it. Raises CaptureError."""
     if run.meta().get("backend") != "docker":
-        raise CaptureError(f"run {run.run_id} is not a Docker run (an in-process run writes pcapng with "
+        raise CaptureRefused(f"run {run.run_id} is not a Docker run (an in-process run writes pcapng with "
                            "`snekbed sim --pcap FILE`)")
     out = out or run.path / "captures" / (f"{node}-{peer}.pcapng" if peer else f"{node}.pcapng")
     return capture_node(run.run_id, node, out, duration_s, peer=peer)

@@ -164,7 +164,7 @@ def test_a_bad_line_is_skipped_and_named_and_bad_files_name_the_field(tmp_path: 
         Timeline.from_run(run)
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "view", str(run), "--check"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "meta.json: missing" in done.stderr, done.stderr
+    assert done.returncode == 2 and "meta.json: missing" in done.stderr, done.stderr
 
 
 def test_view_check_prints_what_the_page_would_show(recorded: tuple[Path, dict]) -> None:
