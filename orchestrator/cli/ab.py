@@ -1,5 +1,5 @@
 """``snekbed ab --a SPEC --b SPEC --scenario FILE [--topology FILE] [--seeds N] [--alpha A] [--backend inproc|docker]
-[--out DIR] [--json]``: an A/B experiment of two protocol variants under identical chaos (orchestrator.experiments.ab),
+[--out DIR] [--mixed] [--json]``: an A/B experiment of two protocol variants under identical chaos (orchestrator.experiments.ab),
 analysed with the Spark pipeline (pipeline.jobs.ab).
 
 Before any run it warns (stderr, and ``warnings`` in the JSON and ``OUT/ab.json``) when N seeds cannot reach
@@ -9,7 +9,9 @@ converged counts, censored (docs/variants.md, "What an A/B experiment can conclu
 Output: ``OUT/ab.json`` (the manifest of runs), ``OUT/runs/`` (every run directory), ``OUT/analysis/``
 (tables, report.html with the A/B section, and ``ab.json``: per metric ``a``, ``b``, ``diff``, ``ci_low``,
 ``ci_high``, ``significant``, ``better``, ``n_pairs``, ``n_censored``, ``n_dropped``). ``--json`` prints
-``{"experiment", "a", "b", "seeds", "runs", "metrics": {...}, "out", "report", "wall_s", "alpha", "warnings"}``.
+``{"experiment", "a", "b", "seeds", "runs", "metrics": {...}, "out", "report", "wall_s", "alpha", "warnings",
+"arms", "step_divergence", "mixed"}`` (``step_divergence``: the steps whose verdicts differ between arms;
+``mixed``: with ``--mixed``, per arm the metrics of that arm against the mixed arm, else null).
 Exit 0 when the experiment ran, whichever arm is better, even when runs failed a chaos check (``runs_failed``
 names them: a variant that breaks an invariant is a result) and whatever the warnings; 1 when the analysis
 failed; 2 for a bad spec, scenario or topology (the message names the file, line and field), before any run (the
@@ -122,6 +124,19 @@ def _print_result(result: dict[str, Any], exp: dict[str, Any]) -> None:
     click.echo(f"report: {result['report']}  ({result['wall_s']:.0f} s)")
 
 
+def _print_divergence(div: list[dict[str, Any]]) -> None:
+    """Where the arms' verdicts differ, step by step (the manifest's step_divergence)."""
+    if not div:
+        click.echo("step verdicts: the arms agree on every step of every seed")
+        return
+    click.echo(f"step verdicts differ on {len(div)} step(s):")
+    for d in div[:20]:
+        shown = ", ".join(f"{arm} {v or '-'}" for arm, v in d["verdicts"].items())
+        click.echo(f"  seed {d['seed']} step {d['index']} ({d['action']}): {shown}")
+    if len(div) > 20:
+        click.echo(f"  ... {len(div) - 20} more in ab.json")
+
+
 def _warn(warnings: list[str]) -> None:
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
@@ -145,9 +160,12 @@ def _warn(warnings: list[str]) -> None:
 @click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="--backend docker, an arm or node of spec pinecone: the Pinecone reference to build the reference "
                    "node from [default: $SNEKBED_PINECONE_SRC, else ../shared/reference]")
+@click.option("--mixed", is_flag=True, help="a third arm: the topology's nodes alternating A's spec and B's (a mixed "
+              "network), compared with each arm")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seeds: int, alpha: float, backend: str,
-       out: Path, master: str, image: str | None, pinecone_src: Path | None, as_json: bool) -> None:  # fmt: skip
+       out: Path, master: str, image: str | None, pinecone_src: Path | None, mixed: bool,
+       as_json: bool) -> None:  # fmt: skip
     """Compare two protocol variants on the same topology, faults and seeds."""
     t0 = time.monotonic()
     a, b = _spec(a_text, "--a"), _spec(b_text, "--b")
@@ -162,8 +180,10 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
         raise BadInput(str(exc)) from None
     warnings = power_warnings(seeds, alpha)
     _warn(warnings)  # before any run: the user may stop here and add seeds
+    if mixed and topology is None:
+        raise click.BadParameter("a mixed arm alternates the topology's nodes: give --topology", param_hint="--mixed")
     plan = AbPlan(a, b, sc, topology, list(range(seeds)), backend=backend, out=out, image=image,
-                  pinecone_src=pinecone_src, alpha=alpha, warnings=tuple(warnings))
+                  pinecone_src=pinecone_src, alpha=alpha, warnings=tuple(warnings), mixed=mixed)
 
     def progress(arm: str, seed: int, run: dict[str, Any]) -> None:
         if not as_json:
@@ -195,7 +215,10 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
         "topology": manifest["topology"], "backend": backend, "seeds": seeds, "runs": len(run_dirs),
         "runs_failed": failed, "metrics": exp["metrics"], "checker": checker_comparison(manifest, round(1 - alpha, 12)),
         "out": str(out), "report": str(out / "analysis" / "report.html"), "wall_s": round(time.monotonic() - t0, 1),
-        "alpha": alpha, "warnings": warnings + late,
+        "alpha": alpha, "warnings": warnings + late, "arms": manifest["arms"],
+        "step_divergence": manifest["step_divergence"],
+        "mixed": {arm: doc[f"{manifest['experiment']} ({arm} vs mixed)"]["metrics"] for arm in ("a", "b")
+                  if f"{manifest['experiment']} ({arm} vs mixed)" in doc} if mixed else None,
     }  # fmt: skip
     (out / "ab-result.json").write_text(json.dumps(result, indent=1))
     if as_json:
@@ -204,3 +227,5 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
         _print_result(result, exp)
     if failed:
         click.echo(f"note: {len(failed)} run(s) failed a chaos check: {', '.join(failed[:10])}", err=True)
+    if not as_json:
+        _print_divergence(result["step_divergence"])

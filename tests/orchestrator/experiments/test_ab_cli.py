@@ -71,7 +71,8 @@ steps:
 def test_an_arm_that_never_converges_in_some_seeds_is_counted_not_dropped(tmp_path: Path) -> None:
     """Arm b bootstraps every 30 s: in some seeds its snake is not ordered 12 s after the start (the first step
     fails, and the root kill opens the next episode), in others it is. Those seeds' start convergence is censored
-    in arm b, and counted: every seed is a pair of start_snake_s."""
+    in arm b, and counted: every seed is a pair of start_snake_s. With ``--mixed`` a third arm runs both specs
+    together, and the steps whose verdicts differ between the arms are named."""
     need_module("pyspark", "snekbed ab analyses its runs with Spark")
     scenario = tmp_path / "slow-start.yaml"
     scenario.write_text(SLOW_START)
@@ -79,16 +80,22 @@ def test_an_arm_that_never_converges_in_some_seeds_is_counted_not_dropped(tmp_pa
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "ab", "--a", "snek", "--b", "snek,bootstrap_interval=30",
          "--scenario", str(scenario), "--topology", str(REPO / "compose" / "topologies" / "line-5.yaml"),
-         "--seeds", "6", "--out", str(out), "--master", "local[2]", "--json"],
+         "--seeds", "6", "--out", str(out), "--master", "local[2]", "--mixed", "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     manifest = json.loads((out / "ab.json").read_text())
+    assert manifest["arms"] == doc["arms"] == ["a", "b", "mixed"] and doc["runs"] == 18
+    assert set(doc["mixed"]) == {"a", "b"} and "start_snake_s" in doc["mixed"]["a"], doc["mixed"]
     late = sorted(r["seed"] for r in manifest["runs"] if r["arm"] == "b" and r["steps"][0]["verdict"] == "fail")
     assert late and len(late) < 6, "the plant: arm b misses the start bound in some seeds, not all"
     assert all(r["steps"][0]["verdict"] == "pass" for r in manifest["runs"] if r["arm"] == "a")
     assert {f"b-s{s}" for s in late} <= set(doc["runs_failed"])
+    first = {d["seed"]: d["verdicts"] for d in doc["step_divergence"] if d["index"] == 0}
+    assert set(late) <= set(first) and all(first[s]["a"] == "pass" and first[s]["b"] == "fail" for s in late), first
+    mixed_first = {r["seed"]: r["steps"][0]["verdict"] for r in manifest["runs"] if r["arm"] == "mixed"}
+    assert set(first) == set(late) | {s for s, v in mixed_first.items() if v != "pass"}, (first, mixed_first)
     m = doc["metrics"]["start_snake_s"]
     assert m["n_pairs"] == 6 and m["n_dropped"] == 0, m  # before: 6 - len(late) pairs
     assert m["censored"] == {"a": [], "b": late} and m["n_censored"] == len(late), m
@@ -101,5 +108,5 @@ def test_an_arm_that_never_converges_in_some_seeds_is_counted_not_dropped(tmp_pa
     assert doc["alpha"] == 0.05 and manifest["warnings"] == doc["warnings"][: len(manifest["warnings"])]
     assert "warning: 6 seeds give 6 pairs" in done.stderr
     md = (out / "analysis" / "report.md").read_text()
-    [row] = [line for line in md.splitlines() if line.startswith("| start_snake_s |")]
+    row = [line for line in md.splitlines() if line.startswith("| start_snake_s |")][0]  # a vs b comes first
     assert f"| 6 | {len(late)} (b: {', '.join(map(str, late))}) | 0 |" in row, row
