@@ -25,6 +25,7 @@ A/B document in ``OUT/ab.json`` and ``AnalysisResult.ab``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -131,7 +132,7 @@ def load_ab(out: str | Path) -> dict[str, dict]:
 
 
 def _ab(spark: SparkSession, store: tables.TableStore, ab_runs: DataFrame | None, events: DataFrame,
-        enriched: DataFrame, control: DataFrame) -> dict[str, dict]:  # fmt: skip
+        enriched: DataFrame, control: DataFrame, confidence: float) -> dict[str, dict]:  # fmt: skip
     """The A/B tables and document; without A/B runs, none (and those of an earlier analysis in ``out``
     are removed, so that a re-used output directory never shows a stale A/B result)."""
     if ab_runs is None:
@@ -142,7 +143,7 @@ def _ab(spark: SparkSession, store: tables.TableStore, ab_runs: DataFrame | None
     conv = store.get("convergence", schemas.CONVERGENCE_SCHEMA)
     store.put("ab_runs", ab.ab_runs(ab_runs, conv, enriched, control, events), (), one_file=True)
     rows = [r.asDict() for r in store.get("ab_runs", schemas.AB_RUNS_SCHEMA).collect()]
-    doc = ab.summarize(rows)
+    doc = ab.summarize(rows, confidence)
     store.put("ab", spark.createDataFrame(ab.summary_rows(doc), schemas.AB_SCHEMA), (), one_file=True)
     return doc
 
@@ -169,6 +170,7 @@ def analyze(
     check_reconciliation: bool = True,
     in_memory: bool | None = None,
     arrow_reads: bool | None = None,
+    confidence: float = ab.CONFIDENCE,
 ) -> AnalysisResult:
     """Analyze ``run_dirs`` into ``out`` (tables/ and report files).
 
@@ -176,6 +178,8 @@ def analyze(
     it, so later steps read it from memory (``tables.TableStore``); the same tables and report either way.
     ``arrow_reads`` (default: on disk with a local master): clean event logs and pings are parsed on the driver by
     Arrow (``pipeline.arrow_ingest``) instead of by Spark; the same tables either way.
+    ``confidence``: the A/B intervals' level (``snekbed ab --alpha A`` gives 1 - A), in the tables, the report and
+    the A/B document alike.
     Raises RunDatasetError for an invalid run directory, ReconciliationError when lines are
     unaccounted for (tables and report are still written), PipelineError for other failures.
     """
@@ -191,7 +195,7 @@ def analyze(
     try:
         if arrow_reads is None:  # a local master's driver sees the input files, and its cores are the executors'
             arrow_reads = not store.in_memory and spark.sparkContext.master.startswith("local")
-        result = _analyze_stages(spark, runs, store, say, t, timeline_bin_s, churn_bin_s, arrow_reads)
+        result = _analyze_stages(spark, runs, store, say, t, timeline_bin_s, churn_bin_s, arrow_reads, confidence)
     finally:
         store.release()
     bad = [r for r in result.reconciliation if not r["ok"]]
@@ -203,7 +207,8 @@ def analyze(
 
 
 def _analyze_stages(spark: SparkSession, runs: list[RunDir], store: tables.TableStore, say: Progress, t: float,
-                    timeline_bin_s: float, churn_bin_s: float, arrow_reads: bool) -> AnalysisResult:  # fmt: skip
+                    timeline_bin_s: float, churn_bin_s: float, arrow_reads: bool,
+                    confidence: float) -> AnalysisResult:  # fmt: skip
     """The stages after discovery (``t``: when it began): ingest, reconcile, analyze, report."""
     stage_s: dict[str, float] = {}
     ab_runs = ab_meta(spark, runs)
@@ -222,7 +227,8 @@ def _analyze_stages(spark: SparkSession, runs: list[RunDir], store: tables.Table
 
     t = time.perf_counter()
     say("analyze", "episodes and convergence, delivery and stretch, control overhead and churn (side by side)")
-    inputs = _job_inputs(spark, store, ingested, timeline_bin_s, churn_bin_s)
+    inputs = dataclasses.replace(_job_inputs(spark, store, ingested, timeline_bin_s, churn_bin_s),
+                                 confidence=confidence)
     parallel.side_by_side(workers, *(partial(chain, inputs) for chain in _CHAINS))
     say("analyze", "comparison across runs" + ("; beside it, the report's other inputs and its plots"
                                                  if store.in_memory else ""))
@@ -262,6 +268,7 @@ class _JobInputs:
     bound_rows: list[tuple]
     timeline_bin_s: float
     churn_bin_s: float
+    confidence: float = ab.CONFIDENCE  # the A/B intervals' level
 
 
 def _job_inputs(spark: SparkSession, store: tables.TableStore, ingested: Ingested, timeline_bin_s: float,
@@ -351,7 +358,7 @@ def _comparison(spark: SparkSession, i: _JobInputs, ab_runs: DataFrame | None, e
         parallel.side_by_side(workers, *(partial(_put_comparison, store, summary, by) for by in compare.GROUPINGS))
         if ab_runs is not None:
             say("analyze", "A/B experiments: per-run metrics, arms paired by seed")
-        return _ab(spark, store, ab_runs, i.events, enriched, control)
+        return _ab(spark, store, ab_runs, i.events, enriched, control, i.confidence)
     except BaseException:
         failed.set()
         raise

@@ -32,7 +32,7 @@ from contract.exit_codes import FAILED
 from node.core.variants import VariantError, VariantSpec
 from pipeline import analysis, session
 from pipeline.errors import PipelineError
-from pipeline.jobs.ab import (CONFIDENCE, Metric, compare_metric, metric_warnings, power_warnings, relevel,
+from pipeline.jobs.ab import (CONFIDENCE, Metric, compare_metric, metric_warnings, power_warnings,
                               restricted, summary_text)
 
 from orchestrator.experiments.ab import AbPlan, run_arms
@@ -101,11 +101,12 @@ def checker_comparison(manifest: dict[str, Any], confidence: float = CONFIDENCE)
     return compare_metric(CHECKER_METRIC, pairs, censored, dropped, confidence)
 
 
-def analyze_arms(run_dirs: list[str], out: Path, master: str) -> dict[str, Any]:
-    """The Spark analysis of every run of the experiment: the A/B document (experiment -> arms and metrics)."""
+def analyze_arms(run_dirs: list[str], out: Path, master: str, confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """The Spark analysis of every run of the experiment: the A/B document (experiment -> arms and metrics), its
+    intervals at ``confidence`` (in the report and tables too)."""
     spark = session.get_spark(master, "snekbed-ab")
     try:
-        result = analysis.analyze(spark, run_dirs, out)
+        result = analysis.analyze(spark, run_dirs, out, confidence=confidence)
     finally:
         spark.stop()
     return result.ab
@@ -198,7 +199,7 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
     if not as_json:
         click.echo(f"{len(run_dirs)} runs in {manifest['runs_wall_s']:.0f} s; analysing with Spark", err=True)
     try:
-        doc = analyze_arms(run_dirs, out / "analysis", master)
+        doc = analyze_arms(run_dirs, out / "analysis", master, round(1 - alpha, 12))
     except PipelineError as exc:
         click.echo(f"error: analysis failed: {exc}", err=True)
         sys.exit(FAILED)
@@ -206,8 +207,6 @@ def ab(a_text: str, b_text: str, scenario: str, topology_path: Path | None, seed
     if exp is None:
         click.echo(f"error: the analysis found no A/B runs of experiment {manifest['experiment']}", err=True)
         sys.exit(FAILED)
-    if abs(alpha - (1 - CONFIDENCE)) > 1e-12:  # the analysis tests at 95 %: the same pairs, at the chosen level
-        exp = relevel(exp, round(1 - alpha, 12))
     late = metric_warnings(exp["metrics"], alpha)
     _warn(late)
     result = {

@@ -22,7 +22,7 @@ def test_ab_runs_both_arms_and_reports_paired_differences(tmp_path: Path) -> Non
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "ab", "--a", "snek", "--b", "snek,bootstrap_interval=8",
          "--scenario", "demo", "--topology", str(REPO / "compose" / "topologies" / "line-5.yaml"), "--seeds", "6",
-         "--out", str(out), "--master", "local[2]", "--json"],
+         "--alpha", "0.1", "--out", str(out), "--master", "local[2]", "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
@@ -46,7 +46,9 @@ def test_ab_runs_both_arms_and_reports_paired_differences(tmp_path: Path) -> Non
         assert meta["ab"] == {"experiment": doc["experiment"], "arm": r["arm"], "seed": r["seed"], "a": "snek",
                               "b": "snek,bootstrap_interval=8"}  # fmt: skip
         assert meta["variant"] == r["spec"] and meta["seed"] == r["seed"]
-    assert json.loads((out / "analysis" / "ab.json").read_text())[doc["experiment"]]["metrics"] == doc["metrics"]
+    # the analysis (its tables, report and ab.json) states its intervals at the level asked for, as --json does
+    analysed = json.loads((out / "analysis" / "ab.json").read_text())[doc["experiment"]]
+    assert analysed["confidence"] == 0.9 and analysed["metrics"] == doc["metrics"] and doc["alpha"] == 0.1
     assert "A/B" in (out / "analysis" / "report.md").read_text()
 
 
