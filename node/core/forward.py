@@ -30,6 +30,7 @@ from typing import Final
 from . import wire
 from .codec import U16
 from .ping import PingService
+from .reasons import count_drop
 from .snek_api import SnekStrategy
 from .state import Encoded, Outbox, Send, Timers, with_watermark
 from .tree import Tree
@@ -265,12 +266,12 @@ class Forwarding:
             port, wm = nh.port, nh.watermark
         if self.hop_limiting:
             if frame.hop_limit <= 1:
-                self.outbox.counters[("frame_dropped", FrameType.TRAFFIC, "hop_limit")] += 1
+                count_drop(self.outbox.counters, FrameType.TRAFFIC, "hop_limit")
                 return
             frame = replace(frame, hop_limit=frame.hop_limit - 1)
         if port == from_port or wm.worse_than(frame.watermark):
             reason = "loop" if port == from_port else "watermark"
-            self.outbox.counters[("frame_dropped", FrameType.TRAFFIC, reason)] += 1
+            count_drop(self.outbox.counters, FrameType.TRAFFIC, reason)
             return
         if wm != frame.watermark:
             frame = with_watermark(frame, wm)

@@ -48,6 +48,7 @@ from .crypto import Identity
 from .forward import Forwarding
 from .host import RouterHost
 from .ping import PingService
+from .reasons import DISCONNECT_REASONS, count_drop
 from .snek import NextHop
 from .snek_api import SnekFactory, SnekStrategy
 from .state import MAX_PORTS, Encoded, Outbox, Output, PeerState, Send, Timers, wall_ms
@@ -193,6 +194,7 @@ class Router:
         self.tree.report_changes()
 
     def _disconnect(self, port: int, reason: str, now: float) -> None:
+        assert reason in DISCONNECT_REASONS, f"disconnect reason {reason!r} is not in DISCONNECT_REASONS"
         self.counters[("disconnect", reason)] += 1
         self.out.disconnects.append((port, reason))
         self.remove_peer(port, now, reason)
@@ -240,7 +242,7 @@ class Router:
             return
         t = frame.type
         if self.adversary is not None and self.adversary.drops(peer.key, t):
-            self.counters[("frame_dropped", t, "adversary")] += 1
+            count_drop(self.counters, t, "adversary")
             return
         if t == _TRAFFIC:
             self.forwarding.forward(frame, port, now, self.tree, self.snek)
@@ -257,7 +259,7 @@ class Router:
             elif t == _KEEPALIVE:
                 pass
             else:
-                self.counters[("frame_dropped", t, "unknown_type")] += 1
+                count_drop(self.counters, t, "unknown_type")
         self.tree.report_changes()
 
     def _announcement_received(self, peer: PeerState, frame: Frame, now: float) -> None:

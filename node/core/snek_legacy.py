@@ -74,6 +74,7 @@ from typing import ClassVar, Final
 
 from . import crypto, wire
 from .errors import ProtocolError
+from .reasons import count_drop
 from .snek import NONE_PORT, NextHop
 from .snek_api import SnekHost, descending_moved
 from .state import PeerState
@@ -562,4 +563,4 @@ class SnekLegacy:
         descending_moved(self.host, prev, entry)
 
     def _drop(self, t: int, reason: str) -> None:
-        self.host.counters[("frame_dropped", t, reason)] += 1
+        count_drop(self.host.counters, t, reason)

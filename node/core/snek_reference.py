@@ -13,6 +13,7 @@ from mypy_extensions import mypyc_attr
 
 from . import wire
 from .errors import ProtocolError
+from .reasons import count_drop
 from .snek import EXPIRY_S, Entry, NextHop, RoutingTable, SnekView
 from .snek_api import SnekHost, descending_moved
 from .state import with_watermark
@@ -99,7 +100,7 @@ class SnekReference:
         if nh.port <= 0:
             return  # dead end here
         if nh.port == port or nh.watermark.worse_than(frame.watermark):
-            h.counters[("frame_dropped", FrameType.BOOTSTRAP, "watermark" if nh.port != port else "loop")] += 1
+            count_drop(h.counters, FrameType.BOOTSTRAP, "watermark" if nh.port != port else "loop")
             return
         h.outbox.append((nh.port, with_watermark(frame, nh.watermark)))
 

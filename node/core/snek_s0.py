@@ -63,6 +63,7 @@ from typing import ClassVar
 
 from . import wire
 from .errors import ProtocolError
+from .reasons import count_drop
 from .snek import EXPIRY_S, NONE_PORT, Entry, NextHop, RoutingTable, ordered
 from .snek_api import SnekHost, descending_moved
 from .types import INITIAL_WATERMARK, LOCAL_PORT, Frame, FrameType, Root, Watermark
@@ -227,7 +228,7 @@ class SnekS0:
             self._update_descending(frame.destination_key, now)
             return
         if nh.port == port:  # deviation 2: the loop check of §6.5 step 4
-            h.counters[("frame_dropped", FrameType.BOOTSTRAP, "loop")] += 1
+            count_drop(h.counters, FrameType.BOOTSTRAP, "loop")
             return
         h.outbox.append((nh.port, frame))  # the watermark is not touched
 
