@@ -5,7 +5,10 @@ process in tests). Protocol state is read from the router on each scrape by a
 custom collector; the only client-side metric objects are the ping round-trip
 histogram and the process collector. Naming follows Prometheus practice: prefix
 ``snek_``, base units, ``_total`` counters, bounded labels (frame type, reason,
-link class); keys appear only as labels of ``_info`` gauges.
+link class); keys appear only as labels of ``_info`` gauges. A labelled counter
+is exported at 0 for each of its known label values from the first scrape (peer
+disconnects and dropped frames: the reasons of :mod:`node.view`), so ``rate()``
+and ``increase()`` count its first increment.
 
 Every series, with its labels, unit and the question it answers, is in docs/metrics.md. The
 collector builds a :class:`NodeSnapshot` per scrape and :class:`FamilySet` turns snapshots into
@@ -49,13 +52,14 @@ from node.config import HostPort
 from node.core.errors import HANDSHAKE_REASONS
 from node.events import shaper_counts
 from node.httpserve import serve_app
-from node.view import NodeView
+from node.view import DISCONNECT_REASONS, DROPS, NodeView
 
-__all__ = ["PING_BUCKETS_S", "FamilySet", "NodeCollector", "NodeMetrics", "NodeSnapshot", "add_router_counters",
-           "build_app", "serve", "snapshot_of"]
+__all__ = ["LINK_CLASSES", "PING_BUCKETS_S", "FamilySet", "NodeCollector", "NodeMetrics", "NodeSnapshot",
+           "add_router_counters", "build_app", "serve", "snapshot_of"]
 
 PING_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-_LINK_CLASSES = tuple(default_classes())
+#: the link classes a node's links can have (node.config resolves a peering's class in the default table)
+LINK_CLASSES: frozenset[str] = frozenset(default_classes())
 _BOOTSTRAP_REJECT_REASONS = ("malformed", "bad_signature", "root_mismatch", "replay")
 _TYPE_LABELS = (*FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE)
 
@@ -80,6 +84,7 @@ class NodeSnapshot:
     has_descending: bool
     table_size: int
     peers: Counter[str] = field(default_factory=Counter)  # link class -> up peerings
+    link_classes: frozenset[str] = LINK_CLASSES  # the classes its links can have: their series start at 0
     events: Mapping[str, int] = field(default_factory=dict)  # router event kind -> count
     router: Mapping[tuple[Any, ...], int] = field(default_factory=dict)  # the router's own counters
     rx_frames: list[int] = field(default_factory=lambda: [0] * len(_TYPE_LABELS))  # by frame type slot
@@ -173,7 +178,7 @@ class FamilySet:
 
         info("snek_node", "This node's identity and protocol variant.", {
             "key": s.key, "name": s.name, "version": s.version, "variant": s.variant, "variant_spec": s.variant_spec})
-        for cls in sorted(set(_LINK_CLASSES) | set(s.peers)):
+        for cls in sorted(s.link_classes | set(s.peers)):
             gauge("snek_peers", "Connected peers by link class.", s.peers.get(cls, 0), ("link_class",), (cls,))
         gauge("snek_is_root", "1 when this node is the root of its spanning tree.", 1 if s.is_root else 0)
         info("snek_root", "The current root's key (its sequence is snek_root_sequence).", {"key": s.root_key})
@@ -196,10 +201,10 @@ class FamilySet:
         for t, label in enumerate(_TYPE_LABELS):
             counter("snek_sent_frames", "Frames written to peers, by type.", s.tx_frames[t], ("type",), (label,))
         for direction in ("received", "sent"):
-            for cls in sorted(set(_LINK_CLASSES) | {c for d, c in s.bytes if d == direction}):
+            for cls in sorted(s.link_classes | {c for d, c in s.bytes if d == direction}):
                 counter(f"snek_{direction}_bytes", f"Frame bytes {direction}, by link class.",
                         s.bytes.get((direction, cls), 0), ("link_class",), (cls,))
-        classes = sorted(set(_LINK_CLASSES) | {cls for _, cls in s.shaped})
+        classes = sorted(s.link_classes | {cls for _, cls in s.shaped})
         for cls in classes:
             counter("snek_shaper_delayed_frames", "Frames the userspace link shaper delivered late (delay, jitter, "
                     "rate), by link class.", s.shaped.get(("delayed", cls), 0), ("link_class",), (cls,))
@@ -208,14 +213,16 @@ class FamilySet:
                 counter("snek_shaper_dropped_frames", "Frames the userspace link shaper dropped, by link class and "
                         "reason (queue: its queue was full; loss: the shape's loss).", s.shaped.get((reason, cls), 0),
                         ("link_class", "reason"), (cls, reason))
-        for (t, reason), v in sorted(s.drops.items()):
-            counter("snek_dropped_frames", "Frames dropped, by type and reason.", v, ("type", "reason"), (t, reason))
+        for t, reason in sorted(DROPS | set(s.drops)):
+            counter("snek_dropped_frames", "Frames dropped, by type and reason.", s.drops.get((t, reason), 0),
+                    ("type", "reason"), (t, reason))
         for reason in sorted(set(HANDSHAKE_REASONS) | {"timeout", "eof", "io_error", "overload"}
                              | set(s.handshake_failures)):  # fmt: skip
             counter("snek_handshake_failures", "Failed handshakes, by reason.", s.handshake_failures.get(reason, 0),
                     ("reason",), (reason,))
-        for reason, v in sorted(s.disconnects.items()):
-            counter("snek_peer_disconnects", "Peerings ended, by reason.", v, ("reason",), (reason,))
+        for reason in sorted(DISCONNECT_REASONS | set(s.disconnects)):
+            counter("snek_peer_disconnects", "Peerings ended, by reason.", s.disconnects.get(reason, 0), ("reason",),
+                    (reason,))
         counter("snek_dial_failures", "Outgoing connection attempts that failed.", s.dial_failures)
         counter("snek_delivered_frames", "Traffic frames delivered to this node's application.", s.delivered_frames)
         for queue, v in zip(("protocol", "traffic"), s.queued, strict=True):

@@ -13,9 +13,10 @@
   passes every frame through a :class:`netem.userspace.LinkShaper` and holds it
   until its delivery time.
 
-A peer ends for one reason, :attr:`PeerConn.reason` (a bounded slug such as
-``read_timeout``, ``eof``, ``bad_magic``, ``oversize``, or whatever the node
-passed to :meth:`PeerConn.close`).
+A peer ends for one reason, :attr:`PeerConn.reason`: one of :data:`END_REASONS`
+(``read_timeout``, ``eof``, ``bad_magic``, ``oversize``...), or whatever the node
+passed to :meth:`PeerConn.close`. The frames a peering drops are reported to the
+node under the reasons of :data:`DROP_TYPES`.
 """
 
 from __future__ import annotations
@@ -25,16 +26,17 @@ import random
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, get_args
 
 import trio
 
-from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT
+from contract.frames import FRAME_TYPE_NAMES, FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT, UNKNOWN_FRAME_TYPE
 from contract.links import LinkShape
-from netem.userspace import LinkShaper
+from netem.userspace import DropReason, LinkShaper
 from node.core import wire
 from node.core.crypto import Identity
-from node.core.errors import HandshakeRejected, MalformedFrame
+from node.core.errors import MALFORMED_REASONS, HandshakeRejected, MalformedFrame
+from node.core.reasons import ALL_TYPES, DECODE_HEADER_REASONS
 from node.core.types import MAX_FRAME_LEN, Frame, FrameType
 from node.core.variants import variants_advertising
 from node.fairqueue import BLUETOOTH_BUCKETS, REFERENCE_BUCKETS, FairQueue
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from node.config import LinkSpec, Timeouts
 
 __all__ = [
+    "DROP_TYPES",
+    "END_REASONS",
     "KEEPALIVE_BYTES",
     "NTYPES",
     "HandshakeFailed",
@@ -64,6 +68,22 @@ RECV_BYTES = 65_536
 WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all
 SLICE_FRAMES = 32  # frames handed to the node between checkpoints
 MAX_DELAY_LINE = 100_000  # frames held by userspace shaping (delay only) before dropping
+
+#: Why a peering's own tasks end it (:attr:`PeerConn.reason` when the node did not close it): the stream ended
+#: or failed, a deadline passed, or a frame was malformed or too long (the codec's reasons, node.core.errors).
+END_REASONS: Final[frozenset[str]] = MALFORMED_REASONS | {"eof", "read_timeout", "write_timeout", "io_error", "closed"}
+
+#: The userspace shaper's drop reasons (netem.userspace) as a peering counts them.
+_LINK_DROPS: Final[dict[str, str]] = {r: f"link_{r}" for r in get_args(DropReason)}
+
+#: Why a peering drops frames -> the frame types (contract.frames names) it can drop for it.
+DROP_TYPES: Final[dict[str, tuple[str, ...]]] = {
+    "queue_full": FRAME_TYPE_NAMES,  # push_protocol, push_traffic: the bounded queue is full
+    "oversize": ALL_TYPES,  # _reader, _deliver: over --max-frame-bytes (unknown: before its header is whole)
+    **{r: (UNKNOWN_FRAME_TYPE,) for r in sorted(DECODE_HEADER_REASONS)},  # _reader: the header does not parse
+    **{r: FRAME_TYPE_NAMES for r in _LINK_DROPS.values()},  # _take_shaped: the userspace shape drops it
+    "link_overflow": FRAME_TYPE_NAMES,  # _take_shaped: the delay line is full
+}
 
 
 class HandshakeFailed(Exception):
@@ -355,7 +375,7 @@ class PeerConn:
         for ftype, data in pending:
             verdict = shaper.send(now, len(data))
             if verdict.dropped is not None or not verdict.deliver_at:
-                self._on_drop(ftype, f"link_{verdict.dropped or 'loss'}", 1)
+                self._on_drop(ftype, _LINK_DROPS[verdict.dropped or "loss"], 1)
             elif len(line) >= MAX_DELAY_LINE:
                 self._on_drop(ftype, "link_overflow", 1)
             else:

@@ -40,7 +40,6 @@ from typing import Any
 
 import trio
 
-from contract.frames import frame_type_name
 from contract.links import LINK_TYPE_NAMES, LinkShape, resolve_class
 from node.config import LinkSpec, NodeConfig
 from node.core import wire
@@ -169,7 +168,7 @@ class Node:
         if peer is None:
             return None
         peer.close(reason)
-        self.counters.disconnects[reason] += 1
+        self.counters.count_disconnect(reason)
         self.router.remove_peer(port, trio.current_time(), reason)
         self._dispatch()
         return peer
@@ -214,7 +213,7 @@ class Node:
         cfg = self.cfg
         port = self.router.add_peer(key, link.link_type, trio.current_time())
         if port is None:
-            self.counters.disconnects["ports_full"] += 1
+            self.counters.count_disconnect("ports_full")
             log.warning("refusing %s (%s): all %d ports are in use", remote, key.hex()[:16], MAX_PORTS)
             return None
         peer = PeerConn(
@@ -234,7 +233,7 @@ class Node:
         if self.peers.get(port) is peer:
             del self.peers[port]
             peer.close(peer.reason or "internal_error")
-            self.counters.disconnects[peer.reason] += 1
+            self.counters.count_disconnect(peer.reason)
             self.router.remove_peer(port, trio.current_time(), peer.reason)
             self._dispatch()
         self._fold_peer(peer)
@@ -247,7 +246,7 @@ class Node:
         for port in sorted(self.peers):
             peer = self.peers.pop(port)
             peer.close(reason)
-            self.counters.disconnects[reason] += 1
+            self.counters.count_disconnect(reason)
             self.router.remove_peer(port, now, reason)
             self._fold_peer(peer)
         self._dispatch()
@@ -339,7 +338,7 @@ class Node:
 
     def _on_drop(self, ftype: int | None, reason: str, n: int) -> None:
         """Count ``n`` dropped frames of wire type ``ftype`` (None: no frame type known, counted as unknown)."""
-        self.counters.drops[(frame_type_name(ftype), reason)] += n
+        self.counters.count_drop(ftype, reason, n)
         self.events.count_drop(ftype, reason, n)
 
     def _on_events(self, evs: Sequence[tuple[str, dict[str, Any]]]) -> None:

@@ -6,7 +6,11 @@
 four entry points the HTTP API drives). ``Node`` satisfies both structurally.
 
 :class:`ShellCounters` holds the counters the trio shell keeps (the router
-keeps its own, read through :meth:`NodeView.router_counters`).
+keeps its own, read through :meth:`NodeView.router_counters`). Peer disconnects
+and dropped frames are counted only under the known reasons below, with the
+router's (:mod:`node.core.reasons`): :data:`DISCONNECT_REASONS` and :data:`DROPS`
+are every label value the node can give ``snek_peer_disconnects_total`` and
+``snek_dropped_frames_total``, which its metrics export at 0 from the start.
 """
 
 from __future__ import annotations
@@ -14,12 +18,40 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sized
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+from contract.frames import FRAME_TYPE_NAMES, frame_type_name
 from node.config import LinkSpec
+from node.core import reasons as router_reasons
+from node.core.reasons import ALL_TYPES, DECODE_BODY_REASONS
 from node.events import FrameStats
+from node.peer import DROP_TYPES as PEER_DROP_TYPES
+from node.peer import END_REASONS
 
-__all__ = ["AdminView", "NodeView", "PeerView", "ShellCounters"]
+__all__ = ["DISCONNECT_REASONS", "DROPS", "NODE_DISCONNECT_REASONS", "NODE_DROP_TYPES", "SHELL_DISCONNECT_REASONS",
+           "SHELL_DROPS", "AdminView", "NodeView", "PeerView", "ShellCounters"]
+
+#: Why the node itself ends or refuses a peering (node.runtime: admin_removed, ports_full, internal_error;
+#: node.lifecycle: node_stopping).
+NODE_DISCONNECT_REASONS: Final[frozenset[str]] = frozenset({"admin_removed", "node_stopping", "ports_full",
+                                                            "internal_error"})  # fmt: skip
+#: Why the node itself drops frames (node.runtime) -> the frame types it can drop for it.
+NODE_DROP_TYPES: Final[dict[str, tuple[str, ...]]] = {
+    "peer_gone": FRAME_TYPE_NAMES,  # _send: the router sent it to a peering that has just ended
+    "unencodable": FRAME_TYPE_NAMES,  # _send: the router's frame does not encode
+    **{r: ALL_TYPES for r in sorted(DECODE_BODY_REASONS)},  # _on_frames: the router could not decode it
+}
+
+#: Every reason the shell counts a peer disconnect under (:meth:`ShellCounters.count_disconnect`).
+SHELL_DISCONNECT_REASONS: Final[frozenset[str]] = END_REASONS | NODE_DISCONNECT_REASONS
+#: Every ``(frame type label, reason)`` the shell counts a dropped frame under (:meth:`ShellCounters.count_drop`).
+SHELL_DROPS: Final[frozenset[tuple[str, str]]] = frozenset(
+    (t, r) for table in (PEER_DROP_TYPES, NODE_DROP_TYPES) for r, types in table.items() for t in types
+)
+#: The node's ``snek_peer_disconnects_total`` reasons: the shell's and the router's.
+DISCONNECT_REASONS: Final[frozenset[str]] = SHELL_DISCONNECT_REASONS | router_reasons.DISCONNECT_REASONS
+#: The node's ``snek_dropped_frames_total`` ``(type, reason)`` pairs: the shell's and the router's.
+DROPS: Final[frozenset[tuple[str, str]]] = SHELL_DROPS | router_reasons.DROPS
 
 
 @dataclass(slots=True, eq=False)
@@ -35,6 +67,18 @@ class ShellCounters:
     dial_failures: int = 0
     delivered_frames: int = 0
     internal_errors: int = 0
+
+    def count_disconnect(self, reason: str) -> None:
+        """A peering the shell ended (or refused). Raises AssertionError (a bug) for a reason not known."""
+        assert reason in SHELL_DISCONNECT_REASONS, f"disconnect reason {reason!r} is not in SHELL_DISCONNECT_REASONS"
+        self.disconnects[reason] += 1
+
+    def count_drop(self, ftype: int | None, reason: str, n: int) -> None:
+        """``n`` frames of wire type ``ftype`` (None: not known) dropped by the shell. Raises AssertionError (a
+        bug) for a pair not in :data:`SHELL_DROPS`."""
+        key = (frame_type_name(ftype), reason)
+        assert key in SHELL_DROPS, f"frame drop {key} is not in SHELL_DROPS"
+        self.drops[key] += n
 
 
 class PeerView(Protocol):

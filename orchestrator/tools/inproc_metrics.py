@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from contract.frames import FRAME_TYPE_NAMES, FRAME_TYPE_SLOTS
 from node.core import wire
 from node.core.types import Frame
-from node.metrics import FamilySet, NodeSnapshot, add_router_counters
+from node.metrics import LINK_CLASSES, FamilySet, NodeSnapshot, add_router_counters
 from node.runtime import snekbed_version
 
 from orchestrator.backends.inproc import InprocNetwork, SimNode
@@ -75,6 +75,7 @@ class _Collector(Collector):
                 table_size=st["routing_table_size"], events=counts.events[name], router=sn.router.counters,
                 pings=counts.pings[name], delivered_frames=0,
             )  # fmt: skip
+            snap.link_classes = LINK_CLASSES | {end.link_class for end in sn.ends.values()}  # a topology's own too
             for end in sn.ends.values():
                 peer = net.nodes.get(end.peer)
                 if end.up and peer is not None and peer.alive:
