@@ -156,33 +156,30 @@ func (n *Node) renderMetrics() []byte {
 			e.sample(fam, float64(byClass[dir][c]), "link_class", c)
 		}
 	}
-	if len(s.drops) > 0 {
-		e.family("snek_dropped_frames_total", "counter", "Frames dropped, by type and reason.")
-		keys := make([][2]string, 0, len(s.drops))
-		for k := range s.drops {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i][0]+"\x00"+keys[i][1] < keys[j][0]+"\x00"+keys[j][1] })
-		for _, k := range keys {
-			e.sample("snek_dropped_frames_total", float64(s.drops[k]), "type", k[0], "reason", k[1])
-		}
+	// every drop this node can count starts at 0 (the adversary's), and so does every disconnect reason
+	e.family("snek_dropped_frames_total", "counter", "Frames dropped, by type and reason.")
+	drops := map[[2]string]bool{}
+	for _, t := range adversaryTypes {
+		drops[[2]string{t, "adversary"}] = true
+	}
+	for k := range s.drops {
+		drops[k] = true
+	}
+	keys := make([][2]string, 0, len(drops))
+	for k := range drops {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+"\x00"+keys[i][1] < keys[j][0]+"\x00"+keys[j][1] })
+	for _, k := range keys {
+		e.sample("snek_dropped_frames_total", float64(s.drops[k]), "type", k[0], "reason", k[1])
 	}
 	e.family("snek_handshake_failures_total", "counter", "Failed handshakes, by reason.")
-	reasons := append([]string{}, handshakeReasons...)
-	for _, r := range sortedKeys(s.handshakes) {
-		if !containsStr(reasons, r) {
-			reasons = append(reasons, r)
-		}
-	}
-	sort.Strings(reasons)
-	for _, r := range reasons {
+	for _, r := range withKeys(handshakeReasons, s.handshakes) {
 		e.sample("snek_handshake_failures_total", float64(s.handshakes[r]), "reason", r)
 	}
-	if len(s.disconn) > 0 {
-		e.family("snek_peer_disconnects_total", "counter", "Peerings ended, by reason.")
-		for _, r := range sortedKeys(s.disconn) {
-			e.sample("snek_peer_disconnects_total", float64(s.disconn[r]), "reason", r)
-		}
+	e.family("snek_peer_disconnects_total", "counter", "Peerings ended, by reason.")
+	for _, r := range withKeys(disconnectReasons, s.disconn) {
+		e.sample("snek_peer_disconnects_total", float64(s.disconn[r]), "reason", r)
 	}
 	e.counter("snek_dial_failures", "Outgoing connection attempts that failed.", float64(s.dialFail))
 	e.counter("snek_delivered_frames", "Traffic frames delivered to this node's application.", float64(s.delivered))
@@ -209,6 +206,18 @@ func (n *Node) renderMetrics() []byte {
 		e.sample("snek_ping_rtt_seconds_sum", h.sum, "mode", mode)
 	}
 	return e.b.Bytes()
+}
+
+// withKeys: the known label values and any other key of seen, sorted.
+func withKeys(known []string, seen map[string]int64) []string {
+	out := append([]string{}, known...)
+	for _, k := range sortedKeys(seen) {
+		if !containsStr(out, k) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func containsStr(xs []string, x string) bool {

@@ -196,6 +196,10 @@ func (p *pinger) ping(target types.PublicKey, mode string, count int, timeout ti
 	return map[string]interface{}{"sent": count, "received": len(rtts), "rtt_ms": rtts, "hops": hops, "routed": routed}
 }
 
+// adversaryTypes: the frame types filter counts as dropped by the adversary (snek_dropped_frames_total, which
+// starts at 0 for each): frameTypeName's names.
+var adversaryTypes = append(append([]string{}, frameTypeNames...), unknownType)
+
 // filter is the router's packet filter (router.InjectPacketFilter): called for every frame the router
 // forwards or floods, with the key of the peer it came from (forwarding; our own key for what this node
 // originates) or the peer it is flooded to (wakeup broadcasts). Returning true drops the frame.

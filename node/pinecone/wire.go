@@ -27,6 +27,13 @@ var frameTypeNames = []string{"keepalive", "tree_announcement", "bootstrap", "tr
 
 const unknownType = "unknown"
 
+// Why a peering ends (peer_down's reason, snek_peer_disconnects_total's, which starts at 0 for each): what the
+// connection saw (ended, and the stream parser's bad), what this node asked for (dropPeer, stopPeers), or
+// closed when the router ended it for a reason it keeps to itself (Close). Spelled as snekbed's node spells
+// them (node/view.py DISCONNECT_REASONS), but connection_reset, which snekbed counts as io_error.
+var disconnectReasons = []string{"admin_removed", "bad_magic", "closed", "connection_reset", "eof", "io_error",
+	"node_stopping", "read_timeout", "short_length", "write_timeout"}
+
 func frameTypeName(t int) string {
 	if t >= 0 && t < len(frameTypeNames) {
 		return frameTypeNames[t]
