@@ -10,6 +10,11 @@ the acks B forwards too.
 
     .venv/bin/python benchmarks/forwarding_bench.py            # 64 B and 1200 B payloads
     .venv/bin/python benchmarks/forwarding_bench.py --count 200000 --sizes 64 --json out.json
+    .venv/bin/python benchmarks/forwarding_bench.py --compare-recorder --sizes 64 --count 30000 --rounds 3
+
+``--compare-recorder`` measures what the flight recorder costs (docs/node.md, "Flight recorder"): two lines of
+nodes, one with ``--recorder-s 0`` and one with the recorder on (the default), loaded in turn, and a table of
+the medians with their ratio on/off (the target: B's CPU per forwarded frame at most 5 % higher).
 
 The bar (the Go reference, measured on the same kind of machine): A, B and C in
 one process, 64 frames in flight, 8 000 frames/s delivered on one core and
@@ -23,6 +28,7 @@ import hashlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,51 +95,116 @@ class Proc:
         self.log.close()
 
 
+class Line:
+    """A -> B -> C: three node processes in a line (B dials A, C dials B), each started with ``extra`` options;
+    ``tag`` keeps the names (and so the keys) of two lines apart."""
+
+    def __init__(self, work: Path, extra: list[str], tag: str = "") -> None:
+        self.a = Proc(f"A{tag}", work, extra)
+        self.b = Proc(f"B{tag}", work, [*extra, "--peer", f"tcp://{self.a.info['listen']}"])
+        self.c = Proc(f"C{tag}", work, [*extra, "--peer", f"tcp://{self.b.info['listen']}"])
+        self.procs = (self.a, self.b, self.c)
+
+    def pin(self) -> None:
+        """B alone on core 1, A and C share core 0."""
+        if os.cpu_count() and os.cpu_count() >= 2:
+            os.sched_setaffinity(self.a.p.pid, {0})
+            os.sched_setaffinity(self.c.p.pid, {0})
+            os.sched_setaffinity(self.b.p.pid, {1})
+
+    def wait_reachable(self) -> None:
+        deadline = time.monotonic() + 30
+        while self.a.http.post("/ping", json={"key": self.c.key, "count": 1, "timeout_s": 2}).json()["received"] != 1:
+            if time.monotonic() > deadline:
+                raise SystemExit("A cannot reach C")
+
+    def measure(self, size: int, count: int, inflight: int, warm_up: int = 5000) -> dict:
+        """One closed-loop load of ``count`` frames of ``size`` payload bytes, A to C, after a warm-up."""
+        a, b, c = self.procs
+        body = {"key": c.key, "payload_bytes": size, "inflight": inflight, "timeout_s": 600}
+        if warm_up:
+            a.http.post("/traffic", json={**body, "count": min(warm_up, count)})
+        fwd0 = b.metric("snek_sent_frames_total", type="traffic")
+        cpu0 = {p.name[0]: cpu_s(p.p.pid) for p in self.procs}
+        res = a.http.post("/traffic", json={**body, "count": count}).json()
+        cpu1 = {p.name[0]: cpu_s(p.p.pid) for p in self.procs}
+        forwarded = b.metric("snek_sent_frames_total", type="traffic") - fwd0
+        b_cpu = cpu1["B"] - cpu0["B"]
+        return {
+            "payload_bytes": size,
+            "sent": res["sent"],
+            "delivered": res["delivered"],
+            "lost": res["lost"],
+            "elapsed_s": res["elapsed_s"],
+            "frames_per_s": res["frames_per_s"],
+            "b_forwarded": int(forwarded),
+            "b_cpu_s": round(b_cpu, 3),
+            "b_cpu_us_per_frame": round(b_cpu / forwarded * 1e6, 1) if forwarded else None,
+            "a_cpu_us_per_frame": round((cpu1["A"] - cpu0["A"]) / max(res["delivered"], 1) * 1e6, 1),
+            "c_cpu_us_per_frame": round((cpu1["C"] - cpu0["C"]) / max(res["delivered"], 1) * 1e6, 1),
+            "b_cpu_share": round(b_cpu / res["elapsed_s"], 2) if res["elapsed_s"] else None,
+        }
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+
+
 def run(sizes: list[int], count: int, inflight: int, pin: bool) -> list[dict]:
-    results = []
     with tempfile.TemporaryDirectory(prefix="snek-bench-") as tmp:
-        work = Path(tmp)
-        a = Proc("A", work, [])
-        b = Proc("B", work, ["--peer", f"tcp://{a.info['listen']}"])
-        c = Proc("C", work, ["--peer", f"tcp://{b.info['listen']}"])
-        procs = (a, b, c)
+        line = Line(Path(tmp), [])
         try:
-            if pin and os.cpu_count() and os.cpu_count() >= 2:  # B alone on core 1, A and C share core 0
-                os.sched_setaffinity(a.p.pid, {0})
-                os.sched_setaffinity(c.p.pid, {0})
-                os.sched_setaffinity(b.p.pid, {1})
-            deadline = time.monotonic() + 30
-            while a.http.post("/ping", json={"key": c.key, "count": 1, "timeout_s": 2}).json()["received"] != 1:
-                if time.monotonic() > deadline:
-                    raise SystemExit("A cannot reach C")
-            for size in sizes:
-                body = {"key": c.key, "payload_bytes": size, "inflight": inflight, "timeout_s": 600}
-                a.http.post("/traffic", json={**body, "count": min(5000, count)})  # warm-up
-                fwd0 = b.metric("snek_sent_frames_total", type="traffic")
-                cpu0 = {p.name: cpu_s(p.p.pid) for p in procs}
-                res = a.http.post("/traffic", json={**body, "count": count}).json()
-                cpu1 = {p.name: cpu_s(p.p.pid) for p in procs}
-                forwarded = b.metric("snek_sent_frames_total", type="traffic") - fwd0
-                b_cpu = cpu1["B"] - cpu0["B"]
-                row = {
-                    "payload_bytes": size,
-                    "sent": res["sent"],
-                    "delivered": res["delivered"],
-                    "lost": res["lost"],
-                    "elapsed_s": res["elapsed_s"],
-                    "frames_per_s": res["frames_per_s"],
-                    "b_forwarded": int(forwarded),
-                    "b_cpu_s": round(b_cpu, 3),
-                    "b_cpu_us_per_frame": round(b_cpu / forwarded * 1e6, 1) if forwarded else None,
-                    "a_cpu_us_per_frame": round((cpu1["A"] - cpu0["A"]) / max(res["delivered"], 1) * 1e6, 1),
-                    "c_cpu_us_per_frame": round((cpu1["C"] - cpu0["C"]) / max(res["delivered"], 1) * 1e6, 1),
-                    "b_cpu_share": round(b_cpu / res["elapsed_s"], 2) if res["elapsed_s"] else None,
-                }
-                results.append(row)
+            if pin:
+                line.pin()
+            line.wait_reachable()
+            return [line.measure(size, count, inflight) for size in sizes]
         finally:
-            for p in procs:
-                p.stop()
-    return results
+            line.stop()
+
+
+#: the flight recorder's two settings compared (``snekbed node --recorder-s``; on is the node's default)
+RECORDER_MODES = {"off": ["--recorder-s", "0"], "on": []}
+
+
+def compare_recorder(size: int, count: int, inflight: int, rounds: int, pin: bool) -> dict[str, list[dict]]:
+    """The flight recorder off and on, side by side in one run: two lines of nodes, started together, loaded one at a
+    time, off then on, ``rounds`` times (so a busy machine weighs on both alike). The rows of each mode."""
+    rows: dict[str, list[dict]] = {mode: [] for mode in RECORDER_MODES}
+    with tempfile.TemporaryDirectory(prefix="snek-bench-") as tmp:
+        lines = {mode: Line(Path(tmp), extra, tag=mode) for mode, extra in RECORDER_MODES.items()}
+        try:
+            for line in lines.values():
+                if pin:
+                    line.pin()
+                line.wait_reachable()
+                line.measure(size, min(5000, count), inflight, warm_up=0)  # warm-up
+            for _ in range(rounds):
+                for mode, line in lines.items():
+                    rows[mode].append(line.measure(size, count, inflight, warm_up=0))
+        finally:
+            for line in lines.values():
+                line.stop()
+    return rows
+
+
+def print_recorder_table(rows: dict[str, list[dict]], size: int, count: int, inflight: int) -> None:
+    """Medians per mode, and on/off: frames/s (above 1.00: on is faster) and CPU per frame (above 1.00: on costs)."""
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in ("frames_per_s", "b_cpu_us_per_frame",
+                                                                 "a_cpu_us_per_frame", "c_cpu_us_per_frame")}
+           for m, rs in rows.items()}  # fmt: skip
+    n = len(rows["off"])
+    print(f"\nflight recorder off vs on: A -> B -> C over loopback TCP, {size} B payload, {inflight} in flight, "
+          f"{n} alternating rounds of {count} frames, medians, {os.cpu_count()} cores")
+    print(f"{'recorder':>9} {'frames/s':>9} {'B us/fwd':>9} {'A us/fr':>8} {'C us/fr':>8} {'lost':>6}")
+    for m in ("off", "on"):
+        lost = sum(r["lost"] for r in rows[m])
+        print(f"{m:>9} {med[m]['frames_per_s']:>9.0f} {med[m]['b_cpu_us_per_frame']:>9.1f} "
+              f"{med[m]['a_cpu_us_per_frame']:>8.1f} {med[m]['c_cpu_us_per_frame']:>8.1f} {lost:>6}")
+    ratio = {k: med["on"][k] / med["off"][k] for k in med["on"]}
+    print(f"{'on/off':>9} {ratio['frames_per_s']:>8.3f}x {ratio['b_cpu_us_per_frame']:>8.3f}x "
+          f"{ratio['a_cpu_us_per_frame']:>7.3f}x {ratio['c_cpu_us_per_frame']:>7.3f}x")
+    print("(frames/s on/off below 1.00 and us/frame on/off above 1.00 are what the recorder costs; the target is 5 %: "
+          "B us/fwd at most 1.05x)")
 
 
 def main() -> None:
@@ -143,7 +214,17 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=64)
     ap.add_argument("--pin", action="store_true", help="pin B to CPU 1 and A, C to CPU 0")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--compare-recorder", action="store_true",
+                    help="compare the flight recorder off and on instead (the first of --sizes; --rounds rounds)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --compare-recorder: alternating rounds per mode")
     args = ap.parse_args()
+    if args.compare_recorder:
+        size = int(args.sizes.split(",")[0])
+        compared = compare_recorder(size, args.count, args.inflight, args.rounds, args.pin)
+        print_recorder_table(compared, size, args.count, args.inflight)
+        if args.json:
+            Path(args.json).write_text(json.dumps(compared, indent=2))
+        return
     rows = run([int(s) for s in args.sizes.split(",")], args.count, args.inflight, args.pin)
     print(f"\nA -> B -> C over loopback TCP, {args.inflight} in flight, {args.count} frames per size, {os.cpu_count()} cores")
     print(f"{'payload':>8} {'frames/s':>9} {'vs Go 1c':>8} {'vs Go 2c':>8} {'B us/fwd':>9} {'vs 97us':>8} "

@@ -35,6 +35,7 @@ from node.config import (
     parse_listen_bluetooth,
     parse_peer_uri,
 )
+from node.core.recorder import DEFAULT_MAX_ENTRIES, DEFAULT_WINDOW_S
 from node.core.types import MAX_FRAME_LEN
 from node.lifecycle import NodeProcess
 from node.transports import bluetooth as bt
@@ -90,6 +91,8 @@ def build_config(**o: object) -> NodeConfig:
                               hop_limiting=bool(o["hop_limiting"]), broadcasts=bool(o["broadcasts"])),
         shaping_seed=o["shaping_seed"],  # type: ignore[arg-type]
         adversary=[parse_adversary(a) for a in o.get("adversary", ())],  # type: ignore[union-attr]
+        recorder_s=o.get("recorder_s", DEFAULT_WINDOW_S),  # type: ignore[arg-type]
+        recorder_max_entries=o.get("recorder_max_entries", DEFAULT_MAX_ENTRIES),  # type: ignore[arg-type]
     )
     check_bluetooth(cfg)
     log.info("identity %s (%s)", identity.public_key.hex(), source)
@@ -161,6 +164,8 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9); the same as --knob hop_limiting=1.")
 @click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8); --no-broadcasts is --knob wakeup_broadcasts=0.")
 @click.option("--adversary", multiple=True, metavar="SPEC", help="Drop received frames (chaos tests): KIND=PERCENT[,KIND=PERCENT][@PEERKEY], kinds all, keepalive, tree_announcement, bootstrap, wakeup_broadcast, traffic. Repeatable (one per peer).")
+@click.option("--recorder-s", type=float, default=DEFAULT_WINDOW_S, help="Flight recorder: keep the last this many seconds of frame headers and routing events in memory, for GET /recorder (0 = off; docs/node.md).")
+@click.option("--recorder-max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="Flight recorder: the most entries it holds (the oldest go first).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def node(**options: object) -> None:
     """Run one SNEK overlay node until SIGTERM or SIGINT."""

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_class
 from node.core.adversary import parse_drop_spec
 from node.core.crypto import Identity
+from node.core.recorder import DEFAULT_MAX_ENTRIES, DEFAULT_WINDOW_S
 from node.core.types import MAX_FRAME_LEN, LinkType
 from node.core.variants import VariantError, VariantSpec
 
@@ -449,6 +450,9 @@ class NodeConfig:
     shaping_seed: int | None = None
     #: adversarial drops of received frames (node.core.adversary): (kind -> percent, peer key or None for all)
     adversary: list[tuple[dict[str, float], bytes | None]] = field(default_factory=list)
+    #: the flight recorder (node.core.recorder): seconds it keeps (0: off) and the most entries it holds
+    recorder_s: float = DEFAULT_WINDOW_S
+    recorder_max_entries: int = DEFAULT_MAX_ENTRIES
 
     def __post_init__(self) -> None:
         if not 256 <= self.max_frame_bytes <= MAX_FRAME_LEN:
@@ -460,6 +464,10 @@ class NodeConfig:
             raise ConfigError("protocol_queue_frames", self.protocol_queue_frames, "must be in 16..1000000")
         if not 0.1 <= self.stats_interval_s <= 3600:
             raise ConfigError("--stats-interval-s", self.stats_interval_s, "must be in 0.1..3600")
+        if not 0 <= self.recorder_s <= 3600:
+            raise ConfigError("--recorder-s", self.recorder_s, "must be in 0..3600 (0: no flight recorder)")
+        if not 1 <= self.recorder_max_entries <= 10_000_000:
+            raise ConfigError("--recorder-max-entries", self.recorder_max_entries, "must be in 1..10000000")
         if not self.run_id or len(self.run_id) > 128 or any(c.isspace() for c in self.run_id):
             raise ConfigError("--run-id", self.run_id, "must be 1-128 characters without spaces")
         if self.name is not None and not 1 <= len(self.name) <= 128:

@@ -46,6 +46,7 @@ from node.core import wire
 from node.core.crypto import derive_seed
 from node.core.errors import MalformedFrame
 from node.core.ping import PingResult
+from node.core.recorder import FlightRecorder
 from node.core.router import Encoded, Router
 from node.core.state import MAX_PORTS, Send
 from node.core.types import Frame, FrameType, LinkType
@@ -110,6 +111,8 @@ class Node:
         self._timer_deadline = float("inf")
         self.counters = ShellCounters()  # the shell's own (the router keeps its own in router.counters)
         self.frame_stats = FrameStats(now, NTYPES)
+        #: the flight recorder (node.core.recorder), None when --recorder-s is 0
+        self.recorder = FlightRecorder(cfg.recorder_s, cfg.recorder_max_entries) if cfg.recorder_s > 0 else None
         self._router_drops_seen: Counter[tuple] = Counter()
         self.peering = Peering(self, connect, rng=rng, bluetooth=bluetooth)
         self.pinger = Pinger(self.router, self.flush)
@@ -263,10 +266,16 @@ class Node:
 
         The router parses them (transit Traffic takes its fast path: :mod:`node.core.forward`).
         """
+        now = trio.current_time()
+        rec = self.recorder
+        if rec is not None:
+            rec.received(peer.port, frames, now)
         try:
-            self.router.bytes_received(peer.port, frames, trio.current_time())
+            self.router.bytes_received(peer.port, frames, now)
         except MalformedFrame as exc:
             self._on_drop(exc.frame_type, exc.reason, 1)
+            if rec is not None:
+                rec.dropped(peer.port, None, exc.reason, now)
             self._dispatch()
             raise PeerClosed(exc.reason, str(exc)) from None
         self._dispatch()
@@ -287,6 +296,10 @@ class Node:
                 if p is not None:
                     log.info("router dropped peer %d (%s): %s", port, p.key.hex()[:16], reason)
                     p.close(reason)
+            if out.dropped and self.recorder is not None:
+                now = trio.current_time()
+                for port, frame, reason in out.dropped:
+                    self.recorder.dropped(port, frame, reason, now)
             if out.events:
                 self._on_events(out.events)
             if out.ping_results:
@@ -302,10 +315,17 @@ class Node:
         """Queue the router's sends: Traffic on the peer's fair queue, the rest on its protocol queue."""
         peers = self.peers
         encode = wire.encode_frame
+        rec = self.recorder
+        now = 0.0
+        if rec is not None:  # the router sent them: the encoded ones in one call, the others once encoded, below;
+            now = trio.current_time()  # what cannot leave is recorded dropped after that
+            rec.sent(sends, now, objects=False)
         for port, f in sends:
             p = peers.get(port)
             if p is None or p.closed:
                 self._on_drop(f.type, "peer_gone", 1)
+                if rec is not None:
+                    rec.dropped(port, f.data if type(f) is Encoded else f, "peer_gone", now)
                 continue
             if type(f) is Encoded:  # transit fast path: already in wire form
                 p.push_traffic(f.data, f.source_key, f.destination_key)
@@ -314,7 +334,11 @@ class Node:
                 data = encode(f)
             except ValueError:
                 self._on_drop(f.type, "unencodable", 1)
+                if rec is not None:
+                    rec.dropped(port, f, "unencodable", now)
                 continue
+            if rec is not None:
+                rec.wrote(port, data, now)
             if f.type == _TRAFFIC:
                 p.push_traffic(data, f.source_key, f.destination_key)
             else:
@@ -344,6 +368,8 @@ class Node:
     def _on_events(self, evs: Sequence[tuple[str, dict[str, Any]]]) -> None:
         emit = self.events.emit
         counts = self.counters.events
+        rec = self.recorder
+        now = trio.current_time()
         for kind, fields in evs:
             counts[kind] += 1
             if kind == "peer_up":
@@ -353,6 +379,8 @@ class Node:
                 fields["link_class"] = p.link.link_class if p is not None else LINK_TYPE_NAMES.get(lt, str(lt))
             elif kind == "peer_down":
                 fields = {k: v for k, v in fields.items() if k in ("port", "peer", "reason")}
+            if rec is not None:
+                rec.event(kind, fields, now)
             try:
                 emit(kind, **fields)
             except ValueError:  # an event kind the schema does not know: counted, reported once, never a crash

@@ -267,20 +267,26 @@ class Forwarding:
         if self.hop_limiting:
             if frame.hop_limit <= 1:
                 count_drop(self.outbox.counters, FrameType.TRAFFIC, "hop_limit")
+                self.outbox.dropped.append((from_port, frame, "hop_limit"))
                 return
             frame = replace(frame, hop_limit=frame.hop_limit - 1)
         if port == from_port or wm.worse_than(frame.watermark):
             reason = "loop" if port == from_port else "watermark"
             count_drop(self.outbox.counters, FrameType.TRAFFIC, reason)
+            self.outbox.dropped.append((from_port, frame, reason))
             return
         if wm != frame.watermark:
             frame = with_watermark(frame, wm)
-        if port == LOCAL_PORT:
-            self._deliver(frame, now)
+        if port == LOCAL_PORT:  # no key closer to the destination than ours: delivered here
+            if self._deliver(frame, now):  # a ping (or pong) not for us: counted misdelivered, never answered
+                self.outbox.dropped.append((from_port, frame, "misdelivered"))
             return
         frame = self.ping.on_forward(frame)
         self.outbox.sends.append((port, frame))
 
-    def _deliver(self, frame: Frame, now: float) -> None:
-        if not self.ping.on_delivered(frame, now):
-            self.outbox.delivered.append(frame)
+    def _deliver(self, frame: Frame, now: float) -> bool:
+        """Hand ``frame`` to the ping service, or else to the local application. True when it was a ping."""
+        if self.ping.on_delivered(frame, now):
+            return True
+        self.outbox.delivered.append(frame)
+        return False

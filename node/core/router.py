@@ -243,6 +243,7 @@ class Router:
         t = frame.type
         if self.adversary is not None and self.adversary.drops(peer.key, t):
             count_drop(self.counters, t, "adversary")
+            self.out.dropped.append((port, frame, "adversary"))
             return
         if t == _TRAFFIC:
             self.forwarding.forward(frame, port, now, self.tree, self.snek)
@@ -260,6 +261,7 @@ class Router:
                 pass
             else:
                 count_drop(self.counters, t, "unknown_type")
+                self.out.dropped.append((port, frame, "unknown_type"))
         self.tree.report_changes()
 
     def _announcement_received(self, peer: PeerState, frame: Frame, now: float) -> None:
@@ -338,7 +340,13 @@ class Router:
         results = self.ping.results
         if results:
             self.ping.results = []
-        return Output(sends, disconnects, delivered, events, results or _NOTHING, self._deadline)  # type: ignore[arg-type]
+        dropped: Sequence[tuple[int, Frame, str]] = out.dropped
+        if dropped:
+            out.dropped = []
+        else:
+            dropped = _NOTHING
+        return Output(sends, disconnects, delivered, events, results or _NOTHING, self._deadline,  # type: ignore[arg-type]
+                      dropped)
 
     # ------------------------------------------------------------------ reading (the parts' state, read-only)
 

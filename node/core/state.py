@@ -113,17 +113,20 @@ class Outbox:
 
     Every part is given the router's one outbox when it is built and only ever adds to it: ``sends``
     (``(port, frame)`` in order), ``delivered`` (Traffic for the local application), ``events``
-    (:meth:`emit`) and ``counters``. ``disconnects`` are the router's own (the peers it dropped). ``drain``
-    replaces the lists (never ``counters``), so a part reads ``outbox.sends`` each time it appends.
+    (:meth:`emit`), ``dropped`` (``(port, frame, reason)``: a frame a part dropped, also counted, as
+    ``frame_dropped`` or as a misdelivered ping; for the flight recorder) and ``counters``. ``disconnects``
+    are the router's own (the peers it dropped). ``drain`` replaces the lists (never ``counters``), so a part
+    reads ``outbox.sends`` each time it appends.
     """
 
-    __slots__ = ("counters", "delivered", "disconnects", "events", "sends")
+    __slots__ = ("counters", "delivered", "disconnects", "dropped", "events", "sends")
 
     def __init__(self) -> None:
         self.sends: list[Send] = []
         self.disconnects: list[tuple[int, str]] = []
         self.delivered: list[Frame] = []
         self.events: list[tuple[str, dict[str, Any]]] = []
+        self.dropped: list[tuple[int, Frame, str]] = []
         self.counters: Counter[tuple[Any, ...]] = Counter()
 
     def emit(self, kind: str, **fields: Any) -> None:
@@ -152,7 +155,9 @@ class Output:
     * ``delivered``: Traffic frames for the local application;
     * ``events``: ``(kind, fields)`` for the structured event log;
     * ``ping_results``: finished pings (§8);
-    * ``next_deadline``: when :meth:`~node.core.router.Router.handle_timer` must next run.
+    * ``next_deadline``: when :meth:`~node.core.router.Router.handle_timer` must next run;
+    * ``dropped``: ``(port, frame, reason)`` for each frame the router dropped (it arrived on ``port``, or was
+      originated there: port 0), in order, for the flight recorder (:mod:`node.core.recorder`).
     """
 
     sends: Sequence[Send]
@@ -161,6 +166,7 @@ class Output:
     events: Sequence[tuple[str, dict[str, Any]]]
     ping_results: Sequence[PingResult]
     next_deadline: float
+    dropped: Sequence[tuple[int, Frame, str]]
 
     def __init__(
         self,
@@ -170,6 +176,7 @@ class Output:
         events: Sequence[tuple[str, dict[str, Any]]],
         ping_results: Sequence[PingResult],
         next_deadline: float,
+        dropped: Sequence[tuple[int, Frame, str]] = (),
     ) -> None:
         # The dataclass __init__ written out (one per drain): mypyc compiles it, not the generated one.
         self.sends = sends
@@ -178,6 +185,7 @@ class Output:
         self.events = events
         self.ping_results = ping_results
         self.next_deadline = next_deadline
+        self.dropped = dropped
 
 
 def with_watermark(f: Frame, wm: Watermark) -> Frame:
