@@ -14,6 +14,9 @@ Contract (scripts depend on it; ``docs/node.md`` has examples):
 ``DELETE /peers/{port}``   close that peering (and stop redialling its URI) -> ``{"port", "key"}``; 404
 ``POST /traffic``          benchmark load: ``{"key", "payload_bytes", "count", "inflight", "timeout_s"}``
                            -> ``{"sent", "delivered", "lost", "elapsed_s", "frames_per_s"}``
+``GET /recorder``          the flight recorder: JSON lines (contract.recorder), oldest first;
+                           ``?last_s=S``: only the last S seconds; 404 when it is off (``--recorder-s 0``)
+``GET /recorder.pcapng``   the same frames as pcapng for tshark and the dissector (node.flight)
 =========================  ===========================================================================
 
 Errors are JSON ``{"error": "..."}`` naming the field: 400 for malformed JSON
@@ -23,6 +26,7 @@ or a bad URI, 422 for a body that fails validation, 404 for an unknown port.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -30,10 +34,11 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from node.config import ConfigError, HostPort
+from node.flight import Record, read_out, to_jsonl, to_pcapng
 from node.core.state import MAX_PORTS
 from node.core.types import KEY_LEN
 from node.httpserve import serve_app
@@ -138,6 +143,8 @@ class _Handlers:
             Route("/peers/{port}", self.drop_peer, methods=["DELETE"]),
             Route("/adversary", self.adversary, methods=["POST"]),
             Route("/traffic", self.traffic, methods=["POST"]),
+            Route("/recorder", self.recorder, methods=["GET"]),
+            Route("/recorder.pcapng", self.recorder_pcapng, methods=["GET"]),
         ]
 
     # ------------------------------------------------------------ reads
@@ -161,6 +168,37 @@ class _Handlers:
 
     async def list_peers(self, request: Request) -> JSONResponse:
         return JSONResponse(self.node.state()["peers"])
+
+    def _flight(self, request: Request) -> list[Record] | JSONResponse:
+        """The flight recorder read out (``?last_s=S``: its last S seconds), or the error to answer."""
+        unknown = sorted(set(request.query_params) - {"last_s"})
+        if unknown:
+            return _error(400, f"unknown query parameter {unknown[0]!r} (known: last_s)")
+        raw = request.query_params.get("last_s")
+        try:
+            last_s = float(raw) if raw is not None else math.inf
+        except ValueError:
+            return _error(400, f"last_s: {raw!r} is not a number of seconds")
+        if not last_s > 0 or math.isnan(last_s):
+            return _error(400, f"last_s: must be a number of seconds above 0, not {raw}")
+        rec = self.node.recorder
+        if rec is None:
+            return _error(404, "the flight recorder is off (snekbed node --recorder-s 0)")
+        now = trio.current_time()
+        entries = [e for e in rec.entries(now) if e[0] >= now - last_s]
+        return read_out(entries, now, self.node.key, self.node.name)
+
+    async def recorder(self, request: Request) -> Response:
+        got = self._flight(request)
+        if isinstance(got, JSONResponse):
+            return got
+        return Response(to_jsonl(got), media_type="application/x-ndjson")
+
+    async def recorder_pcapng(self, request: Request) -> Response:
+        got = self._flight(request)
+        if isinstance(got, JSONResponse):
+            return got
+        return Response(to_pcapng(got, trio.current_time()), media_type="application/x-pcapng")
 
     # ------------------------------------------------------------ actions
 

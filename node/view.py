@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 
 from contract.frames import FRAME_TYPE_NAMES, frame_type_name
 from node.config import LinkSpec
+from node.core.recorder import FlightRecorder
 from node.core import reasons as router_reasons
 from node.core.reasons import ALL_TYPES, DECODE_BODY_REASONS
 from node.events import FrameStats
@@ -141,6 +142,9 @@ class NodeView(Protocol):
     def lines_suppressed(self) -> Mapping[str, int]:
         """Event lines the event log held back by rate limits, by event kind."""
         ...
+
+    @property
+    def recorder(self) -> FlightRecorder | None: ...  # the flight recorder, None when it is off
 
 
 class AdminView(NodeView, Protocol):

@@ -24,7 +24,8 @@ import trio
 from node.core import wire
 from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
-from node.core.router import MAX_PORTS, Encoded, Router, Timers
+from node.core.recorder import DEFAULT_MAX_ENTRIES, RECEIVED, FlightRecorder
+from node.core.router import MAX_PORTS, Encoded, Output, Router, Timers
 from node.core.types import Frame, LinkType
 from node.core.variants import VariantSpec
 
@@ -74,6 +75,7 @@ class SimNode:
     ends: dict[int, LinkEnd] = field(default_factory=dict)  # local port -> outgoing end
     ping_results: list[PingResult] = field(default_factory=list)  # finished pings, for whoever started them
     frames_out: int = 0  # frames its router has written onto its links (what a confirmation of silence reads)
+    recorder: FlightRecorder | None = None  # its flight recorder (node.core.recorder), when the network keeps them
 
     @property
     def key(self) -> bytes:
@@ -104,6 +106,8 @@ class InprocNetwork:
         variant: VariantSpec | None = None,
         variants: dict[str, VariantSpec] | None = None,
         boot_spread_s: float = 0.0,
+        recorder_s: float = 0.0,
+        recorder_max_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         """``variant`` is every node's protocol variant and knobs (default: plain ``snek``), ``variants``
         overrides it per node name. Nodes whose variants cannot peer (different handshake capabilities,
@@ -113,8 +117,13 @@ class InprocNetwork:
         from the seed), so the routers' periodic timers (the 1 s SNEK maintenance that sends bootstraps,
         the 60 s broadcast) are not in lockstep. With 0 every router boots at ``start`` and every node's
         bootstraps leave in the same instant; on large graphs those synchronised rounds race each other's
-        route refreshes and keep dropping bootstraps (docs/performance.md, "A 10 000-node graph")."""
+        route refreshes and keep dropping bootstraps (docs/performance.md, "A 10 000-node graph").
+
+        ``recorder_s`` > 0: every node keeps a flight recorder of that many seconds and at most
+        ``recorder_max_entries`` entries (node.core.recorder), as a TCP node does; it records what its router was
+        given and did, and changes nothing of the run."""
         self.seed = seed
+        self.recorder_s, self.recorder_max_entries = recorder_s, recorder_max_entries
         self.variant = variant or VariantSpec()
         self.variants = dict(variants or {})
         #: handshakes refused per node and reason (a TCP node counts these in snek_handshake_failures_total)
@@ -162,7 +171,8 @@ class InprocNetwork:
         spec = spec or self.spec_of(name)
         self.variants[name] = spec
         r = Router(ident, now, detail_events=self.detail_events, **spec.router_options(self.timers))
-        return SimNode(name, r, spec)
+        rec = FlightRecorder(self.recorder_s, self.recorder_max_entries) if self.recorder_s > 0 else None
+        return SimNode(name, r, spec, recorder=rec)
 
     def start(self) -> None:
         """Bring every node up and connect every link at the current time."""
@@ -452,6 +462,11 @@ class InprocNetwork:
                 if self.on_frame is not None:
                     self.on_frame(node, "received", wire.decode_frame(frame) if self.wire_bytes else frame,
                                   end.link_class, t)  # fmt: skip
+                if node.recorder is not None:
+                    if self.wire_bytes:
+                        node.recorder.received(end.peer_port, [(frame[5], frame)], t)
+                    else:
+                        node.recorder.frame(RECEIVED, end.peer_port, frame, t)
                 if self.wire_bytes:  # the bytes take the TCP node's path, transit fast path included
                     node.router.bytes_received(end.peer_port, [(frame[5], frame)], t)
                 else:
@@ -474,6 +489,20 @@ class InprocNetwork:
             await trio.sleep_until(max(t_end + offset, trio.current_time()))
             self.now = t_end
 
+    def _record_outputs(self, node: SimNode, rec: FlightRecorder, out: Output, now: float) -> None:
+        """Into ``node``'s flight recorder: its router's drops, events and sends (a send with no link to go on is
+        then recorded dropped, as a TCP node's to a peer just gone)."""
+        for port, frame, reason in out.dropped:
+            rec.dropped(port, frame, reason, now)
+        for kind, fields in out.events:
+            rec.event(kind, fields, now)
+        rec.sent(out.sends, now)
+        ends = node.ends
+        for port, item in out.sends:
+            end = ends.get(port)
+            if end is None or not end.up:
+                rec.dropped(port, item.data if type(item) is Encoded else item, "peer_gone", now)
+
     def _flush(self, node: SimNode) -> None:
         """Move a router's outputs (one :meth:`Router.drain`) onto links, observers and its timer."""
         out = node.router.drain()
@@ -481,6 +510,9 @@ class InprocNetwork:
         # looked up once per drain, not once per frame (the simulator's hottest Python loop)
         ends, wire_bytes, on_frame, on_wire = node.ends, self.wire_bytes, self.on_frame, self.on_wire
         heap, tie, push = self._heap, self._tie, heapq.heappush
+        rec = node.recorder
+        if rec is not None:
+            self._record_outputs(node, rec, out, now)
         for port, item in out.sends:
             end = ends.get(port)
             if end is None or not end.up:
