@@ -101,6 +101,16 @@ class AdminClient:
 
         return dict(zip(names, self._pool.map(one, names)))
 
+    def get_bytes(self, node: str, path: str) -> bytes:
+        """``GET path`` on ``node``: the answer's bytes. Raises AdminError (no answer, or not 200)."""
+        try:
+            resp = self._http.get(self._url(node, path))
+        except httpx.HTTPError as exc:
+            raise AdminError(f"{node}: GET {path} failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise AdminError(f"{node}: GET {path} answered {resp.status_code}: {resp.text.strip()[:300]}")
+        return resp.content
+
     def post(self, node: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``POST path`` on ``node`` with a JSON body; the JSON answer. Raises AdminError (no answer, or not 2xx)."""
         try:

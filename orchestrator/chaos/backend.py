@@ -25,8 +25,8 @@ from node.core.variants import VariantSpec
 
 from orchestrator.chaos.checker import NodeState, PingOutcome
 
-__all__ = ["BackgroundTraffic", "ChaosBackend", "Converged", "DeferredRemoval", "Lifecycle", "LinkFaults", "NodeFaults",
-           "Observation", "PLANTS", "PLANT_ENV", "TrafficSample", "planted_defect"]
+__all__ = ["BackgroundTraffic", "ChaosBackend", "Converged", "DeferredRemoval", "FlightDump", "Lifecycle", "LinkFaults",
+           "NodeFaults", "Observation", "PLANTS", "PLANT_ENV", "TrafficSample", "planted_defect"]
 
 #: TEST ONLY: the environment variable that plants a defect in a backend (never set by default; tests set it to
 #: show that a fault that did not happen comes out ``invalid`` and a stall ``stuck``)
@@ -72,6 +72,14 @@ class TrafficSample:
     mode: str
     delivered: bool
     rtt_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlightDump:
+    """One node's flight recorder read out (node.flight): its JSON lines (contract.recorder) and its pcapng."""
+
+    jsonl: bytes
+    pcapng: bytes
 
 
 class DeferredRemoval:
@@ -205,6 +213,13 @@ class Observation(Protocol):
         clock passes ``until``, beside the run and without disturbing it (in process: passive calls on the event
         heap, each run to its end at once; on Docker: a task in the run's nursery)."""
         ...
+
+    async def flight_records(self, names: Iterable[str]) -> dict[str, FlightDump | str]:
+        """Each node's flight recorder as it is now (the last seconds of frames and routing events it saw), or why
+        there is none (the recorder is off; the node runs another implementation; it did not answer). In process
+        the rings are read directly, without disturbing the run; on Docker through each node's admin API. A
+        backend that cannot read them says so for every node (this default)."""
+        return {name: f"not available: the {type(self).__name__} backend reads no flight recorder" for name in names}
 
 
 class BackgroundTraffic(Protocol):

@@ -59,7 +59,10 @@ from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 from orchestrator.chaos import docker_confirm as measured
 from orchestrator.chaos.docker_shaping import reshape_reference_end
-from orchestrator.chaos.backend import ChaosBackend, Converged, DeferredRemoval, TrafficSample, planted_defect
+from orchestrator.chaos.backend import (
+    ChaosBackend, Converged, DeferredRemoval, FlightDump, TrafficSample, planted_defect,
+)  # fmt: skip
+from orchestrator.chaos.flight import from_admin
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.targets import TargetError
 
@@ -341,6 +344,11 @@ class DockerChaos(ChaosBackend):
 
     def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
         measured.beside(self, poll, every_s, until)
+
+    async def flight_records(self, names: Iterable[str]) -> dict[str, FlightDump | str]:
+        """Through each node's admin API; a node of the Pinecone reference has no flight recorder."""
+        assert self._admin is not None
+        return await trio.to_thread.run_sync(from_admin, self._admin, list(names), self.reference_nodes)
 
     async def parents(self) -> dict[str, str | None]:
         assert self.session is not None

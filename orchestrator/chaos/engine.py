@@ -350,7 +350,7 @@ def execute(sc: Scenario, topology: Topology | None, options: ChaosOptions | Non
         else:
             on_action = prepared.trace.action if prepared.trace is not None else None
             run = partial(run_scenario, prepared.backend, sc, seed=o.seed, progress=progress, metrics=prepared.metrics,
-                          on_action=on_action)  # fmt: skip
+                          on_action=on_action, run_dir=prepared.run_dir)  # fmt: skip
             out = trio.run(run, clock=prepared.clock)
     finally:
         if server is not None:
@@ -378,6 +378,6 @@ async def _run_viewed(prepared: PreparedRun, scenario: Scenario, seed: int, prog
         print(f"snekbed chaos: live view on http://{bound}/", file=sys.stderr)
         try:
             return await run_scenario(prepared.backend, scenario, seed=seed, on_action=live.fault, progress=progress,
-                                      metrics=prepared.metrics)
+                                      metrics=prepared.metrics, run_dir=prepared.run_dir)
         finally:
             nursery.cancel_scope.cancel()

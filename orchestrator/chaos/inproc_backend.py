@@ -14,9 +14,8 @@ How faults map here (docs/chaos.md compares them with Docker):
   from it, so each drops the peering after the 5 s peer timeout (PROTOCOL.md
   §3.5); the paused node learns of that on resume and its links are dialled
   again, as the TCP node's dialers would.
-* ``partition`` / ``link_down``: the links are removed (both ends see the
-  stream close); ``heal`` / ``link_up`` make them again. A Docker partition
-  instead disconnects networks, and TCP may take up to the peer timeout to notice.
+* ``partition`` / ``link_down``: the links are removed (both ends see the stream close); ``heal`` / ``link_up``
+  make them again. A Docker partition instead disconnects networks, and TCP may take up to the peer timeout to notice.
 * ``link_change``: the link's shaper is replaced mid-run.
 """
 
@@ -35,6 +34,7 @@ import trio
 from contract.links import LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
 from node.core.crypto import Identity, derive_seed
+from node.core.recorder import DEFAULT_WINDOW_S
 from node.core.router import Timers
 from node.core.variants import VariantSpec
 
@@ -46,8 +46,9 @@ from orchestrator.model.record import new_run_id, versions
 from orchestrator.sessions.sim import link_options
 from orchestrator.model.topology import Topology
 from orchestrator.chaos import inproc_observe as measured
-from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample, planted_defect
+from orchestrator.chaos.backend import ChaosBackend, Converged, FlightDump, TrafficSample, planted_defect
 from orchestrator.chaos.checker import NodeState, PingOutcome
+from orchestrator.chaos.flight import from_network
 
 __all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
 
@@ -78,13 +79,15 @@ class InprocChaos(ChaosBackend):
         variant: VariantSpec | None = None,
         ab: dict[str, Any] | None = None,
         boot_spread_s: float = DEFAULT_BOOT_SPREAD_S,
+        recorder_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         """``record``: write a run directory there (run-dataset contract). ``declared``: the nodes and links
         the scenario's join steps add (Scenario.declared), so the run's topology.json names them.
         ``variant``: every node's protocol variant and knobs unless its topology entry says otherwise.
         ``ab``: the A/B experiment this run is an arm of (written to meta.json as ``ab``).
         ``boot_spread_s``: each router boots a random time (from the seed) up to this long before the links
-        come up (InprocNetwork); 0 boots them all in one instant, their timers in lockstep."""
+        come up (InprocNetwork); 0 boots them all in one instant, their timers in lockstep.
+        ``recorder_s``: the seconds each node's flight recorder keeps (0: none; orchestrator.chaos.flight)."""
         self.topology = topology
         self.seed = seed
         #: TEST ONLY, never on by default: a deliberate defect the tests must catch (backend.planted_defect: the
@@ -100,7 +103,7 @@ class InprocChaos(ChaosBackend):
         self.ab = ab
         self.net = InprocNetwork(nodes, [], seed=seed, link_delay_ms=link_delay_ms, key_seeds=key_seeds,
                                  detail_events=detail_events, timers=timers, variant=self.variant,
-                                 variants=variants, boot_spread_s=boot_spread_s)  # fmt: skip
+                                 variants=variants, boot_spread_s=boot_spread_s, recorder_s=recorder_s)  # fmt: skip
         self.timers = timers
         # every link the run wants: spec index -> (a, b, class, connect options); lid when made
         self.specs: list[tuple[str, str, str, dict[str, Any]]] = []
@@ -128,9 +131,8 @@ class InprocChaos(ChaosBackend):
         self._changes = 0  # root or descending changes seen (the observer re-decides only after one)
         self._background: set[tuple[str, str, str, float]] = set()
         self._ping_paths: dict[tuple[str, str, str, float], tuple[int | None, list[str]]] = {}
-        self.recorder: RunRecorder | None = None
-        if record is not None:
-            self.recorder = self._make_recorder(Path(record), run_id, declared, scenario_name)
+        self.recorder: RunRecorder | None = None if record is None else self._make_recorder(
+            Path(record), run_id, declared, scenario_name)
 
     def _make_recorder(self, root: Path, run_id: str | None, declared: tuple[list[str], list[tuple[str, str, str]]],
                        scenario_name: str | None) -> RunRecorder:  # fmt: skip
@@ -273,6 +275,9 @@ class InprocChaos(ChaosBackend):
 
     def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
         measured.beside(self.net, poll, every_s, until)
+
+    async def flight_records(self, names: Iterable[str]) -> dict[str, FlightDump | str]:
+        return from_network(self.net, names)
 
     async def parents(self) -> dict[str, str | None]:
         out: dict[str, str | None] = {}

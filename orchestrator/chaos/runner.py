@@ -10,7 +10,9 @@ every invariant met its expectation. The run passes when every step did.
 The result is the ``snekbed chaos --json`` document: ``verdict``, ``steps``
 (``index``, ``action``, ``targets``, ``at_s``, ``verdict``, ``invariants``,
 ``tree_converged_s``, ``snake_converged_s``), ``traffic`` (``sent``,
-``delivered``, ``per_step``) and ``run_dir``.
+``delivered``, ``per_step``) and ``run_dir``. A step that fails or is invalid
+also names the flight-recorder dumps of every live node (``recorder``:
+orchestrator.chaos.flight), written into the run directory.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -35,6 +38,7 @@ from orchestrator.chaos.checker import (
 )  # fmt: skip
 from orchestrator.chaos.apply import StepApplier
 from orchestrator.chaos.confirm import Confirmer
+from orchestrator.chaos.flight import write_dumps
 from orchestrator.chaos.scenario import AnyStep, Check, Scenario, Wait
 from orchestrator.chaos.targets import TargetError, sample_pairs
 from orchestrator.chaos.window import wait_and_settle
@@ -67,6 +71,8 @@ class ChaosRun:
     on_action: ActionHook | None = None
     progress: Progress | None = None
     metrics: RunMetrics | None = None
+    #: where a failing step's flight-recorder dumps go (None: a run without a directory keeps none)
+    run_dir: str | Path | None = None
     rng: random.Random = field(init=False)
     steps: list[dict[str, Any]] = field(default_factory=list)
     applier: StepApplier = field(init=False)
@@ -108,6 +114,8 @@ class ChaosRun:
             rec = await self._step(i, step)
             bounds.append(rec.pop("_bound", math.nan))
             carry = rec.pop("_check_s", 0.0)
+            if rec["verdict"] != "pass":
+                await self._dump_recorders(i, rec)
             if self.metrics is not None and not isinstance(step, (Wait, Check)) and rec.get("invariants"):
                 self.metrics.episode(rec.get("tree_converged_s"), rec.get("snake_converged_s"))
             self.steps.append(rec)
@@ -289,6 +297,19 @@ class ChaosRun:
             return {**first, **{n: last[n] for n in names}}  # the first reading, with what the watch kept
         return last
 
+    async def _dump_recorders(self, i: int, rec: dict[str, Any]) -> None:
+        """Step ``i`` failed or is invalid: every live node's flight recorder into the run directory, the files named
+        in its record (``recorder``), and why a node has none (``recorder_unavailable``). Reads only: in process
+        the run goes on exactly as it would have."""
+        if self.run_dir is None:
+            rec["recorder"] = []
+            rec["recorder_unavailable"] = ["the run keeps no directory (snekbed chaos --record DIR keeps one)"]
+            return
+        dumps = await self.backend.flight_records(sorted(self.backend.live_graph()))
+        rec["recorder"], missing = write_dumps(Path(self.run_dir), i, dumps)
+        if missing:
+            rec["recorder_unavailable"] = missing
+
     # ------------------------------------------------------------------ applying steps
 
     def _act(self, action: str, target: str | None, detail: dict[str, Any] | None = None) -> None:
@@ -323,5 +344,6 @@ class ChaosRun:
 
 async def run_scenario(backend: ChaosBackend, scenario: Scenario, *, seed: int = 0,
                        on_action: ActionHook | None = None, progress: Progress | None = None,
-                       metrics: RunMetrics | None = None) -> dict[str, Any]:  # fmt: skip
-    return await ChaosRun(backend, scenario, seed, on_action, progress, metrics).run()
+                       metrics: RunMetrics | None = None,
+                       run_dir: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+    return await ChaosRun(backend, scenario, seed, on_action, progress, metrics, run_dir).run()
