@@ -23,11 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator, model_validator
 
 from contract.links import LinkClass, LinkShape, default_classes, resolve_class
 from node.core.crypto import derive_seed
 from node.core.variants import VariantSpec
+
+from orchestrator.model.mobility_spec import (MobilitySpec, MovementSpec, RadioSpec, mobility_problems, tag_problem,
+                                             untag)
 
 __all__ = [
     "TopologyError",
@@ -132,6 +135,9 @@ class NodeSpec(BaseModel):
                                "host node dials it) [default: no listener; it dials its container peers]")
     placement: list[str] = Field(default_factory=list, description="swarm backend: placement constraints of the "
                                  "node's service, e.g. node.labels.site==a (docs/orchestrator.md); others ignore them")
+    position: tuple[FiniteFloat, FiniteFloat] | None = Field(None, description="[x, y] in metres (docs/mobility.md)")
+    mobility: MobilitySpec | None = Field(None, description="how the node moves: a model and its parameters "
+                                          "(docs/mobility.md)")
 
     @model_validator(mode="before")
     @classmethod
@@ -241,6 +247,9 @@ class Topology(BaseModel):
     nodes: list[NodeSpec]
     links: list[LinkSpec] = []
     classes: dict[str, dict[str, Any]] = Field(default_factory=dict, description="link classes added or overridden")
+    radios: dict[str, RadioSpec] = Field(default_factory=dict, description="radio technologies that link nodes in "
+                                         "range (docs/mobility.md)")
+    movement: MovementSpec | None = Field(None, description="the tick and duration of the movement, and groups")
     source: str | None = Field(None, exclude=True, description="where it was loaded from (not serialised)")
 
     @field_validator("name")
@@ -355,6 +364,9 @@ class Topology(BaseModel):
             "nodes": [n.model_dump(mode="json", exclude_defaults=True) for n in self.nodes],
             "links": [link.model_dump(mode="json", by_alias=True, exclude_defaults=True) for link in self.links],
             **({"classes": self.classes} if self.classes else {}),
+            **({"radios": {k: r.model_dump(mode="json", exclude_defaults=True) for k, r in self.radios.items()}}
+               if self.radios else {}),
+            **({"movement": self.movement.model_dump(mode="json", exclude_defaults=True)} if self.movement else {}),
         }
 
     def variants(self, default: VariantSpec | None = None) -> dict[str, VariantSpec]:
@@ -475,7 +487,7 @@ def _cross_problems(topo: Topology) -> list[tuple[Loc, str]]:
             )
         if link.shaping:
             problems += _shaping_problems(topo, i, shape_fields)
-    return problems
+    return problems + mobility_problems(topo.nodes, topo.radios, topo.movement, known_classes)
 
 
 def _shape_fields() -> set[str]:
@@ -537,8 +549,10 @@ def _to_topology_error(
         error = err.get("ctx", {}).get("error")
         if isinstance(error, _Problems):
             found += error.problems
+        elif (tagged := tag_problem(err)) is not None:
+            found.append(tagged)
         else:
-            found.append((tuple(err["loc"]), _pydantic_message(err)))
+            found.append((untag(tuple(err["loc"])), _pydantic_message(err)))
     made: list[TopologyError] = []
     for loc, message in found:
         src_loc = tuple(loc_map(loc)) if loc_map else loc

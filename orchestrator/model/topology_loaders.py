@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from orchestrator.model.mobility_loaders import read_traces
 from orchestrator.model.topology import NODE_NAME_RE, Loc, NodeSpec, Topology, TopologyError, format_loc
 
 __all__ = ["TopologyWarning", "load_topology", "load_yaml", "load_json", "load_edge_list", "parse_yaml", "parse_json", "parse_edge_list"]
@@ -112,7 +113,13 @@ def parse_yaml(text: str, *, file: str | None = None) -> Topology:
             f"the document must be a mapping with 'nodes' and 'links', got {type(data).__name__}", file=file, line=1
         )
     data.setdefault("name", _default_name(file))
-    return Topology.from_data(data, file=file, lines=lines)
+    return _with_traces(Topology.from_data(data, file=file, lines=lines), lines)
+
+
+def _with_traces(topo: Topology, lines: dict[Loc, int]) -> Topology:
+    """``topo``, once the ns-2 traces its nodes replay have been read and found sound (TopologyError if not)."""
+    read_traces(topo, lines)
+    return topo
 
 
 def _compose(text: str, *, file: str | None, what: str) -> tuple[Any, dict[Loc, int]]:
@@ -241,7 +248,7 @@ def parse_json(text: str, *, file: str | None = None, default_class: str = "pipe
         native, loc_map = _from_meshnet(data, file=file, lines=lines, default_class=default_class)
         return Topology.from_data(native, file=file, lines=lines, loc_map=loc_map)
     data.setdefault("name", _default_name(file))
-    return Topology.from_data(data, file=file, lines=lines)
+    return _with_traces(Topology.from_data(data, file=file, lines=lines), lines)
 
 
 def _need_list(data: dict[str, Any], key: str, *, file: str | None, lines: dict[Loc, int], required: bool) -> list[Any]:
