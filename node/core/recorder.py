@@ -26,7 +26,8 @@ payload cut, its payload's length noted; the protocol frames the router makes ar
 
 **Bounds.** An entry lives ``window_s`` seconds, and the ring holds at most ``max_entries`` (the oldest go first),
 so a frame storm costs at most ``max_entries`` entries of at most :data:`CONTROL_KEEP` bytes each. The ring is
-``max_entries`` slots allocated once (parallel lists: no object is made per entry but what is kept).
+parallel lists of slots, grown up to ``max_entries`` and then reused: no object is made per entry but what is
+kept.
 """
 
 from __future__ import annotations
@@ -91,12 +92,13 @@ class FlightRecorder:
             raise ValueError(f"max_entries must be >= 1, not {max_entries!r}")
         self.window_s = window_s
         self.max_entries = max_entries
-        # slot i holds one entry; the live ones are the ``size`` slots before ``next`` (wrapping round)
-        self._t: list[object] = [0.0] * max_entries  # each batch's time, boxed once
-        self._kind: list[int] = [0] * max_entries
-        self._port: list[int] = [0] * max_entries
-        self._item: list[object] = [None] * max_entries
-        self._note: list[object] = [None] * max_entries
+        # slot i holds one entry; the live ones are the ``size`` slots before ``next`` (wrapping round once the
+        # lists have grown to max_entries slots: a quiet node's ring stays small)
+        self._t: list[object] = []  # each batch's time, boxed once
+        self._kind: list[int] = []
+        self._port: list[int] = []
+        self._item: list[object] = []
+        self._note: list[object] = []
         self._next = 0
         self.size = 0
         #: entries recorded since the start (those no longer in the ring were pushed out or expired)
@@ -104,11 +106,18 @@ class FlightRecorder:
 
     def _put(self, t: object, kind: int, port: int, item: object, note: object) -> None:
         i = self._next
-        self._t[i] = t
-        self._kind[i] = kind
-        self._port[i] = port
-        self._item[i] = item
-        self._note[i] = note
+        if i == len(self._t):  # still growing
+            self._t.append(t)
+            self._kind.append(kind)
+            self._port.append(port)
+            self._item.append(item)
+            self._note.append(note)
+        else:
+            self._t[i] = t
+            self._kind[i] = kind
+            self._port[i] = port
+            self._item[i] = item
+            self._note[i] = note
         i += 1
         self._next = i if i < self.max_entries else 0
         if self.size < self.max_entries:
