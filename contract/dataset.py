@@ -213,6 +213,8 @@ META_FIELDS: dict[str, str] = {
     "variants": "object|absent: node name -> variant spec, for nodes that run another spec than `variant`",
     "ab": "object|absent: {experiment, arm ('a'|'b'|'mixed'), seed, a, b}: the run is one arm of an A/B experiment "
           "(mixed: A's and B's nodes together)",
+    "mobility": "object|absent: {model, tick_s, duration_s, radios: {name: {range_m, class, hysteresis}}}: the run's "
+                "nodes moved (docs/mobility.md); its positions and radio link changes are in mobility.jsonl",
 }
 
 RUN_FILES = ("meta.json", "topology.json", "events/*.jsonl", "actions.jsonl", "pings.jsonl")

@@ -30,6 +30,12 @@ def sim_table(out: dict) -> None:
         t.add_row("tree re-converged (s after kill)", fmt(rk["tree_reconverged_s"]))
         t.add_row("snake re-converged (s after kill)", fmt(rk["snake_reconverged_s"]))
         t.add_row("pings after kill", f"{rk['pings']['delivered']}/{rk['pings']['sent']}")
+    if "mobility" in out:
+        m = out["mobility"]
+        t.add_row(f"moved ({m['model']}, {m['duration_s']:g} s)",
+                  f"{m['link_ups']} links up, {m['link_downs']} down, {m['mean_speed_mps']:g} m/s")
+        t.add_row("snake converged (s after the movement)", fmt(m["snake_converged_s"]))
+        t.add_row("pings after the movement", f"{m['pings']['delivered']}/{m['pings']['sent']}")
     t.add_row("wall time (s)", fmt(out["wall_s"]))
     t.caption = "hops counted per link; " + out["hops_counted"].split(";")[0]
     Console().print(t)

@@ -1,7 +1,7 @@
 """``snekbed sim TOPOLOGY [--clock virtual|real] [--seed N] [--pairs N] [--kill-root] [--json]``.
 
-Exit codes (:mod:`contract.exit_codes`): 0 converged; 1 the snake did not converge (the table or the JSON is
-printed all the same); 2 a bad topology file (its file, line and field), a bad option, or a node the in-process
+Exit codes (:mod:`contract.exit_codes`): 0 converged; 1 the snake did not converge, or, for a topology whose nodes
+move (docs/mobility.md), did not converge again once they stopped (the table or the JSON is printed all the same); 2 a bad topology file (its file, line and field), a bad option, or a node the in-process
 backend cannot host.
 """
 
@@ -105,7 +105,7 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
         click.echo(json.dumps(out))
         if out["links_refused"]:
             click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
-        if out["snake_converged_s"] is None:
+        if not _converged(out):
             sys.exit(FAILED)
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -119,5 +119,10 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
 
         out = run_sim_sync(cfg, progress)
     sim_table(out)
-    if out["snake_converged_s"] is None:
+    if not _converged(out):
         sys.exit(FAILED)
+
+
+def _converged(out: dict) -> bool:
+    """The snake converged, and again once the nodes stopped moving (a topology with radios)."""
+    return out["snake_converged_s"] is not None and out.get("mobility", {}).get("snake_converged_s", 0) is not None

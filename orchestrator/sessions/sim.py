@@ -22,7 +22,7 @@ import networkx as nx
 import trio
 import trio.testing
 
-from contract.links import LinkShape, link_type_number
+from contract.links import LinkClass, LinkShape, link_type_number, resolve_class
 from netem.userspace import shaper_factory
 from node.config import HostPort
 from node.core.state import MAX_PORTS
@@ -31,9 +31,12 @@ from node.httpserve import serve_app
 from node.metrics import serve as serve_metrics
 
 from orchestrator.backends.inproc import InprocNetwork, SimNode
+from orchestrator.backends.inproc_mobility import MobilityLog, RadioLinks
 from orchestrator.tools.capture.inproc import InprocPcap
 from orchestrator.tools.inproc_metrics import InprocMetrics
 from orchestrator.model.hosting import require_in_process
+from orchestrator.model.mobility_loaders import read_traces
+from orchestrator.model.mobility_spec import World, build_world
 from orchestrator.model.observe import HOP_CONVENTION, ConvergenceTracker, NodeView, router_views, stretch_summary
 from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
@@ -82,6 +85,9 @@ class SimConfig:
     view: HostPort | None = None  # serve the live `snekbed view` page here (real clock only)
     on_view: Callable[[str], None] | None = None  # told the page's URL once it is bound
     pcap: Path | None = None  # write every frame on every link here (orchestrator/tools/capture/inproc.py)
+    #: the topology's moving nodes and radios (docs/mobility.md), and each radio's link class; None: nothing moves
+    world: World | None = None
+    radio_classes: dict[str, LinkClass] = field(default_factory=dict)
 
 
 class OrderedPairs(Sequence):
@@ -140,6 +146,10 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
     others = {n: str(sn.spec) for n, sn in sorted(net.nodes.items()) if sn.spec != cfg.variant}
     if others:
         meta["variants"] = others
+    if cfg.world is not None:
+        meta["mobility"] = {"model": cfg.world.model, "tick_s": cfg.world.tick_s, "duration_s": cfg.world.duration_s,
+                            "radios": {r.name: {"range_m": r.range_m, "class": r.link_class,
+                                                "hysteresis": r.hysteresis} for r in cfg.world.radios}}
     return RunRecorder(Path(cfg.record), run_id, wall_offset_s, meta, topo)
 
 
@@ -186,6 +196,11 @@ class _Sim:
         self._changed = True  # a root or descending changed since the last check
         self._next_expiry = math.inf  # when the first descending entry the last views() counted expires
         self.names_by_key = {n.key: name for name, n in self.net.nodes.items()}
+        self.radio: RadioLinks | None = None
+        if cfg.world is not None:
+            log = (MobilityLog(self.recorder.root, self.recorder.run_id, self.recorder.wall_offset_s)
+                   if self.recorder is not None else None)
+            self.radio = RadioLinks(self.net, cfg.world, cfg.radio_classes, log)
 
     # -------------------------------------------------------------- observation
 
@@ -284,6 +299,8 @@ class _Sim:
         finally:
             if self.pcap is not None:
                 self.pcap.close()
+            if self.radio is not None and self.radio.log is not None:
+                self.radio.log.close()
 
     async def _run_serving(self) -> dict[str, Any]:
         try:
@@ -330,6 +347,8 @@ class _Sim:
         if self.recorder is not None:
             self.recorder.start(self.net)
         self.net.start()
+        if self.radio is not None:
+            self.radio.start()
         tree_s, snake_s = await self.converge(self.net.now)
         if self.recorder is not None:
             self.recorder.action("converged", None, {"tree_converged_s": tree_s, "snake_converged_s": snake_s}, self.net.now)
@@ -377,6 +396,8 @@ class _Sim:
                 "pings": {"sent": pings2["sent"], "delivered": pings2["delivered"]},
                 "stretch": stretch_summary(pings2["samples"]),
             }
+        if self.radio is not None:
+            out["mobility"] = await self._after_movement(self.radio)
         out["protocol_time_s"] = round(self.net.now, 3)
         out["wall_s"] = round(time.perf_counter() - wall0, 3)
         out["frames_delivered"] = self.net.frames_delivered
@@ -384,6 +405,27 @@ class _Sim:
             self.recorder.finish(self.net, out)
             out["record"] = str(self.recorder.root)
         return out
+
+    async def _after_movement(self, radio: RadioLinks) -> dict[str, Any]:
+        """Let the nodes move to the end of the movement, then time the convergence on the radio graph where they
+        stopped and ping in it: the ``mobility`` key of the document."""
+        if self.net.now < radio.end_s:
+            self.progress("moving", self.net.now)
+            await self.net.run_until(radio.end_s)
+        t_still = self.net.now
+        tree_s, snake_s = await self.converge(t_still)
+        if self.recorder is not None:
+            self.recorder.action("converged", None, {"tree_converged_s": tree_s, "snake_converged_s": snake_s,
+                                                     "after": "movement"}, self.net.now)
+        pings = await self.ping_pairs("pinging after the movement")
+        graph = self.live_graph()
+        return {
+            **radio.report(),
+            "components": nx.number_connected_components(graph),
+            "tree_converged_s": _r(tree_s),
+            "snake_converged_s": _r(snake_s),
+            "pings": {"sent": pings["sent"], "delivered": pings["delivered"]},
+        }
 
 
 def _r(x: float | None) -> float | None:
@@ -425,7 +467,10 @@ def config_from_topology(topo: Topology, **kw) -> SimConfig:
     variants = {n.name: n.variant_spec(variant) for n in topo.nodes if n.variant is not None or n.knobs}
     if len(variants) == len(topo.nodes) and len(set(variants.values())) == 1:
         variant, variants = next(iter(variants.values())), {}  # every node names the same: that is the run's
+    world = build_world(topo, seed, read_traces(topo))
     return SimConfig(
+        world=world,
+        radio_classes={r.name: resolve_class(r.link_class, topo.classes or None) for r in world.radios} if world else {},
         variant=variant,
         variants=variants,
         nodes=topo.node_names,
