@@ -33,7 +33,7 @@ from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.runner import Progress, run_scenario
 from orchestrator.chaos.trace import TraceHash
 from orchestrator.chaos.scenario import Kill, Pause, RemoveNode, Restart, Resume, Scenario, ScenarioError, load_scenario
-from orchestrator.model.hosting import REAL_TIME_BACKENDS, in_process_refusal, reference_nodes
+from orchestrator.model.hosting import REAL_TIME_BACKENDS, in_process_refusal, mobility_refusal, reference_nodes
 from orchestrator.model.runs import create_run, new_run_id, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -129,6 +129,8 @@ def make_backend(sc: Scenario, topology: Topology | None, options: ChaosOptions)
     factory = BACKENDS.get(options.backend)
     if factory is None:
         raise ChaosSetupError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
+    if topology is not None and (moving := mobility_refusal(topology.radios, "snekbed chaos")) is not None:
+        raise ChaosSetupError(f"scenario {sc.name}: {moving}")
     require_hostable(sc, topology, options)
     return factory(sc, topology, options)
 

@@ -31,7 +31,7 @@ from orchestrator.backends.docker_net import DockerBackendError
 from orchestrator.backends.image_common import ImageError
 from orchestrator.cli.options import BadInput
 from orchestrator.cli.render import sim_table
-from orchestrator.model.hosting import in_process_refusal
+from orchestrator.model.hosting import in_process_refusal, mobility_refusal
 from orchestrator.model.runs import RunDir, RunError, check_new_run, create_run, new_run_id, open_run, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -201,6 +201,9 @@ def _refuse_flags(topo: Topology, backend_name: str, monitoring: bool, shaping: 
     refused = in_process_refusal(topo.variants(), backend_name)
     if refused is not None:  # nodes of the Pinecone reference, in process
         raise click.UsageError(refused)
+    moving = mobility_refusal(topo.radios, f"--backend {backend_name}") if backend_name != "inproc" else None
+    if moving is not None:
+        raise click.UsageError(moving)
     if backend_name == "inproc" and monitoring:
         raise click.UsageError("--monitoring runs Prometheus next to Docker nodes; watch an in-process run with "
                                "`snekbed sim --clock real --metrics HOST:PORT`")
@@ -396,6 +399,8 @@ def down(run_id: str | None, runs_dir: Path | None, all_runs: bool, as_json: boo
 def compose(topology: Path, output: Path, seed: int, subnet_pool: str | None, image: str) -> None:
     """Write a compose file (docker compose v2 and docker-compose 1.29) for TOPOLOGY."""
     topo = _load(topology)
+    if (moving := mobility_refusal(topo.radios, "a compose file")) is not None:
+        raise BadInput(moving)
     try:
         write_compose(topo, output, seed=seed, pool=subnet_pool or COMPOSE_POOL, image=image,
                       source=str(topology))

@@ -6,12 +6,12 @@ routers only. Every command that takes a spec asks :func:`in_process_refusal` be
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from node.core.variants import VariantSpec
 
 __all__ = ["REAL_TIME_BACKENDS", "IN_PROCESS_REFUSAL", "HostingError", "reference_nodes", "in_process_refusal",
-           "require_in_process"]
+           "require_in_process", "mobility_refusal"]
 
 #: backends that run every node as a process of its own, in real time: they can host the reference
 REAL_TIME_BACKENDS = ("docker", "swarm")
@@ -49,3 +49,13 @@ def require_in_process(specs: Mapping[str, VariantSpec], backend: str = "inproc"
     why = in_process_refusal(specs, backend)
     if why is not None:
         raise HostingError(why)
+
+
+def mobility_refusal(radios: Iterable[str], what: str) -> str | None:
+    """None when the topology declares no ``radios``; else why ``what`` (``--backend docker``, ``snekbed chaos``,
+    ...) cannot run it: only ``snekbed sim`` and ``up --backend inproc`` move nodes yet (docs/mobility.md)."""
+    names = sorted(radios)
+    if not names:
+        return None
+    return (f"the topology's nodes move and are linked by radios ({', '.join(names)}): only the in-process run moves "
+            f"them yet (snekbed sim, snekbed up --backend inproc; docs/mobility.md), not {what}")

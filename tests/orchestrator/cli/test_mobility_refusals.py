@@ -1,0 +1,52 @@
+"""A topology whose nodes move runs in process only, for now: the commands that would run it with its fixed links
+alone (Docker, swarm, a compose file, chaos) refuse it, exit 2, naming why and what does run it (docs/mobility.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from contract.exit_codes import BAD_INPUT
+from orchestrator.cli import main
+
+WALK = """\
+name: walk
+radios:
+  bluetooth: {range_m: 10}
+nodes:
+  - {name: a, position: [0, 0]}
+  - {name: b, mobility: {model: random_waypoint, area_m: [20, 20], speed_mps: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["up", "--backend", "docker"], "not --backend docker"),
+        (["up", "--backend", "swarm"], "not --backend swarm"),
+        (["compose", "-o", "{tmp}/walk.yml"], "not a compose file"),
+        (["chaos", "churn", "--topology"], "not snekbed chaos"),
+    ],
+)
+def test_commands_that_cannot_move_nodes_refuse_them(tmp_path: Path, args: list[str], what: str) -> None:
+    path = tmp_path / "walk.yaml"
+    path.write_text(WALK)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args] + [str(path), "--runs-dir", str(tmp_path / "runs")]
+    if args[0] != "up":
+        argv = argv[:-2]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == BAD_INPUT, result.output
+    assert "the topology's nodes move and are linked by radios (bluetooth)" in result.output
+    assert "snekbed up --backend inproc" in result.output and what in result.output
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "walk.yml").exists()
+
+
+def test_up_in_process_moves_them(tmp_path: Path) -> None:
+    path = tmp_path / "walk.yaml"
+    path.write_text(WALK)
+    result = CliRunner().invoke(main, ["up", str(path), "--backend", "inproc", "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    (run,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    assert (run / "mobility.jsonl").stat().st_size > 0
