@@ -196,6 +196,7 @@ class _Sim:
         self._changed = True  # a root or descending changed since the last check
         self._next_expiry = math.inf  # when the first descending entry the last views() counted expires
         self.names_by_key = {n.key: name for name, n in self.net.nodes.items()}
+        self._disrupted = self.net.now  # the run's last disruption: its start, or the root kill
         self.radio: RadioLinks | None = None
         if cfg.world is not None:
             log = (MobilityLog(self.recorder.root, self.recorder.run_id, self.recorder.wall_offset_s)
@@ -246,10 +247,11 @@ class _Sim:
         self.progress("converging", now - self.tracker.t0)
 
     async def converge(self, t0: float) -> tuple[float | None, float | None]:
+        """Run until converged, timed from ``t0`` (which may be past: the end of a movement watched until now)."""
         self.tracker.reset(t0)
         self.done = False
         self._changed = True
-        self.net.call_at(t0, self._tick)
+        self.net.call_at(max(t0, self.net.now), self._tick)
         await self.net.run_until(t0 + self.cfg.max_time_s, stop=lambda: self.done)
         return self.tracker.tree_s, self.tracker.snake_s
 
@@ -376,7 +378,7 @@ class _Sim:
         if cfg.kill_root:
             live = [(sn.key, name) for name, sn in self.net.nodes.items() if sn.alive]
             victim = max(live)[1]
-            t_kill = self.net.now
+            t_kill = self._disrupted = self.net.now
             if self.recorder is not None:
                 self.recorder.action("kill_root", victim, {"key": self.net.nodes[victim].key.hex()}, t_kill)
             self.net.kill(victim)
@@ -408,12 +410,12 @@ class _Sim:
 
     async def _after_movement(self, radio: RadioLinks) -> dict[str, Any]:
         """Let the nodes move to the end of the movement, then time the convergence on the radio graph where they
-        stopped and ping in it: the ``mobility`` key of the document."""
+        stopped, from when they stopped (or the root kill, if it came later), and ping in it: the ``mobility`` key
+        of the document."""
         if self.net.now < radio.end_s:
             self.progress("moving", self.net.now)
             await self.net.run_until(radio.end_s)
-        t_still = self.net.now
-        tree_s, snake_s = await self.converge(t_still)
+        tree_s, snake_s = await self.converge(max(radio.end_s, self._disrupted))
         if self.recorder is not None:
             self.recorder.action("converged", None, {"tree_converged_s": tree_s, "snake_converged_s": snake_s,
                                                      "after": "movement"}, self.net.now)

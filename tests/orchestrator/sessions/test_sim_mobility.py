@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 from click.testing import CliRunner
@@ -145,3 +146,14 @@ def test_a_trace_drives_the_links_and_hysteresis_holds_a_wobbling_pair(tmp_path:
         (24.0, "link_up", "a", "b", "in_range"),  # back from 30 m at 5 m/s: 10 m at t = 24
     ]
     assert m["snake_converged_s"] is not None and m["pings"]["delivered"] == m["pings"]["sent"] == 6
+
+
+def test_convergence_after_the_movement_is_timed_from_when_it_stopped(tmp_path: Path) -> None:
+    """A movement shorter than the first convergence: the network is still converging when the nodes stop, and the
+    time after the movement counts from the stop (not from when the first phase happened to end)."""
+    path = _walkers(tmp_path)
+    path.write_text(path.read_text().replace("duration_s: 60", "duration_s: 2"))
+    out = _sim(str(path), "--seed", "1", "--pairs", "5")
+    first, after = out["snake_converged_s"], out["mobility"]["snake_converged_s"]
+    assert first > 2.0
+    assert after == pytest.approx(first - 2.0, abs=2e-4)
