@@ -91,9 +91,6 @@ class RadioLinks:
         self.last_tick = int(self.world.duration_s / self.world.tick_s + 1e-9)
         self._move(self.t0, 0)
 
-    def _tick(self, k: int, now: float) -> None:
-        self._move(now, k)
-
     def _move(self, now: float, k: int) -> None:
         """Tick ``k``: every node to where its mover says, the radio links after them."""
         t = now - self.t0
@@ -110,7 +107,7 @@ class RadioLinks:
             self._apply(change, k, now)
         self._reshape(positions)
         if k < self.last_tick:
-            self.net.call_at(self.t0 + (k + 1) * self.world.tick_s, lambda at, k=k + 1: self._tick(k, at))
+            self.net.call_at(self.t0 + (k + 1) * self.world.tick_s, lambda at, k=k + 1: self._move(at, k))
 
     def _options(self, radio: Radio, loss_pct: int) -> dict[str, Any]:
         """``connect``'s options for a link of ``radio`` with ``loss_pct`` added by distance (as sim.link_options
