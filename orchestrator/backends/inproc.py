@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import trio
 
+from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT, frame_type_slot
 from node.core import wire
 from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
@@ -75,6 +76,8 @@ class SimNode:
     ends: dict[int, LinkEnd] = field(default_factory=dict)  # local port -> outgoing end
     ping_results: list[PingResult] = field(default_factory=list)  # finished pings, for whoever started them
     frames_out: int = 0  # frames its router has written onto its links (what a confirmation of silence reads)
+    #: frames it has received from its links, by type slot (contract.frames; what an adversary's confirmation reads)
+    frames_in: list[int] = field(default_factory=lambda: [0] * (UNKNOWN_FRAME_SLOT + 1))
     recorder: FlightRecorder | None = None  # its flight recorder (node.core.recorder), when the network keeps them
 
     @property
@@ -468,8 +471,10 @@ class InprocNetwork:
                     else:
                         node.recorder.frame(RECEIVED, end.peer_port, frame, t)
                 if self.wire_bytes:  # the bytes take the TCP node's path, transit fast path included
+                    node.frames_in[FRAME_TYPE_SLOTS[frame[5]]] += 1
                     node.router.bytes_received(end.peer_port, [(frame[5], frame)], t)
                 else:
+                    node.frames_in[frame_type_slot(int(frame.type))] += 1
                     node.router.frame_received(end.peer_port, frame, t)
                 self.frames_delivered += 1
                 self._flush(node)

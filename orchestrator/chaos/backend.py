@@ -208,6 +208,11 @@ class Observation(Protocol):
         """Frames each node's adversary has dropped so far; None where that is not counted."""
         ...
 
+    async def received_counts(self, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
+        """Frames of ``kinds`` (frame type names, contract.frames; ``all``: every type) each node has received
+        from its peers so far; None where that is not counted."""
+        ...
+
     def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:
         """Call ``poll()`` now and every ``every_s`` of backend time after, until it returns True or the backend's
         clock passes ``until``, beside the run and without disturbing it (in process: passive calls on the event

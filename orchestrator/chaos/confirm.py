@@ -273,20 +273,31 @@ class _Shaped(_Expect):
 
 @dataclass
 class _Dropping(_Expect):
-    """An adversary: its drop counters move (frames of the kinds it drops arrived and were dropped)."""
+    """An adversary: its drop counters move (frames of the kinds it drops arrived and were dropped). When its bound
+    passes with no frame of those kinds received at all, there was nothing to drop: not measured, not invalid."""
 
     node: str = ""
     before: int | None = None
+    kinds: tuple[str, ...] = ()
+    received: int | None = None  # frames of ``kinds`` the node had received before
 
     async def read(self, obs: ChaosBackend, now: float) -> str | None:
         got = (await obs.drop_counts([self.node])).get(self.node)
         if got is None or self.before is None:
             self.done = Confirmation(None, None, f"{self.what}: not measured: {self.node} does not count its drops")
             return None
-        if got <= self.before:
-            self.last = f"no frame dropped by {self.node} yet"
-            return None
-        return f"{self.node} dropped {got - self.before} frame(s)"
+        if got > self.before:
+            return f"{self.node} dropped {got - self.before} frame(s)"
+        self.last = f"no frame dropped by {self.node} yet"
+        if obs.now() >= self.t0 + self.within_s and self.received is not None:
+            rx = (await obs.received_counts([self.node], self.kinds)).get(self.node)
+            if rx is not None and rx <= self.received:
+                self.done = Confirmation(None, None, f"{self.what}: not measured: no frame of the kinds it drops "
+                                                     f"({', '.join(self.kinds)}) reached {self.node} within "
+                                                     f"{self.within_s:g} s, so there was nothing to drop")  # fmt: skip
+            elif rx is not None:
+                self.last += f" although {rx - self.received} frame(s) of the kinds it drops reached it"
+        return None
 
 
 class Confirmer:
@@ -367,14 +378,25 @@ class Confirmer:
         self._start(_Shaped(what, self.backend.now(), SHAPE_S, a=a, b=b, link_class=link_class,
                             shaping=dict(shaping or {})))  # fmt: skip
 
-    async def drops_before(self, names: Iterable[str]) -> dict[str, int | None]:
-        """The drop counters of ``names`` now, before they are made adversaries."""
-        return await self.backend.drop_counts(names) if self.backend.measures_faults else {}
+    async def drops_before(self, names: Iterable[str],
+                           kinds: Iterable[str]) -> dict[str, tuple[int | None, int | None]]:  # fmt: skip
+        """The drop counters of ``names`` now, before they are made adversaries dropping ``kinds``, and the frames of
+        those kinds they have received so far."""
+        if not self.backend.measures_faults:
+            return {}
+        names = list(names)
+        drops = await self.backend.drop_counts(names)
+        received = await self.backend.received_counts(names, kinds)
+        return {n: (drops.get(n), received.get(n)) for n in names}
 
-    async def dropping(self, names: Iterable[str], before: Mapping[str, int | None]) -> None:
-        """``names`` were made adversaries just now; ``before``: their drop counters just before."""
+    async def dropping(self, names: Iterable[str], kinds: Iterable[str],
+                       before: Mapping[str, tuple[int | None, int | None]]) -> None:  # fmt: skip
+        """``names`` were made adversaries dropping ``kinds`` just now; ``before``: from :meth:`drops_before`."""
+        kinds = tuple(sorted(kinds))
         for n in names:
-            self._start(_Dropping(f"adversary {n}", self.backend.now(), DROP_S, node=n, before=before.get(n)))
+            drops, received = before.get(n, (None, None))
+            self._start(_Dropping(f"adversary {n}", self.backend.now(), DROP_S, node=n, before=drops, kinds=kinds,
+                                  received=received))  # fmt: skip
 
     async def settled(self, until: float | None = None) -> Confirmation | None:
         """Wait until every expectation is decided, but not past the backend time ``until`` (a reference

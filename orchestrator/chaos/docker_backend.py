@@ -338,6 +338,9 @@ class DockerChaos(ChaosBackend):
     async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
         return await measured.drop_counts(self, names)
 
+    async def received_counts(self, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
+        return await measured.received_counts(self, names, kinds)
+
     async def measure_link(self, a: str, b: str, link_class: str | None,
                            shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
         return await measured.measure_link(self, a, b, link_class, shaping)

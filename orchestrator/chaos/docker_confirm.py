@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from contract.frames import FRAME_TYPE_NAMES
 from contract.links import LinkShape, resolve_class
 from netem.measure import MeasureError, exec_python
 from orchestrator.backends.docker_plan import NODE_METRICS_PORT
@@ -33,7 +34,7 @@ from orchestrator.tools.links_check import CheckOptions, Side, check_link
 #: the Docker chaos backend these functions read (orchestrator.chaos.docker_backend.DockerChaos, which imports them)
 DockerChaos = Any
 
-__all__ = ["beside", "drop_counts", "measure_link", "peer_keys", "probe"]
+__all__ = ["beside", "drop_counts", "measure_link", "peer_keys", "probe", "received_counts"]
 
 _UDP_PROBE = r"""
 import json, socket, sys
@@ -67,7 +68,9 @@ a = json.loads(sys.argv[1])
 text = urllib.request.urlopen(a["url"], timeout=3).read().decode()
 n = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
         if line.startswith("snek_dropped_frames") and 'reason="adversary"' in line)
-print(json.dumps({"dropped": n}))
+rx = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("snek_received_frames")
+      and any(f'type="{k}"' in line for k in a["kinds"])]
+print(json.dumps({"dropped": n, "received": sum(rx) if rx else None}))
 """
 
 
@@ -149,20 +152,32 @@ async def probe(d: DockerChaos, pairs: list[tuple[str, str]], timeout_s: float) 
     return [bool(x) for x in out]
 
 
-async def drop_counts(d: DockerChaos, names: Iterable[str]) -> dict[str, int | None]:
+async def _metric_counts(d: DockerChaos, names: Iterable[str], key: str,
+                         kinds: Iterable[str] = ()) -> dict[str, int | None]:  # fmt: skip
+    """``key`` ("dropped": the adversary's drops; "received": frames of ``kinds`` received) from each node's own
+    /metrics, read inside its container."""
+    kinds = list(FRAME_TYPE_NAMES) if "all" in kinds else sorted(kinds)
     out: dict[str, int | None] = {}
     for n in names:
         box = _container(d, n)  # a reference node counts them too, under the same name (docs/interop.md)
         if box is None:
             out[n] = None
             continue
-        url = f"http://127.0.0.1:{NODE_METRICS_PORT}/metrics"
+        args = {"url": f"http://127.0.0.1:{NODE_METRICS_PORT}/metrics", "kinds": kinds}
         try:
-            got = await trio.to_thread.run_sync(lambda box=box: exec_python(box, _DROPS, {"url": url}, what="drops"))
-            out[n] = int(got["dropped"])
+            got = await trio.to_thread.run_sync(lambda box=box: exec_python(box, _DROPS, args, what="drops"))
+            out[n] = None if got[key] is None else int(got[key])
         except MeasureError:
             out[n] = None
     return out
+
+
+async def drop_counts(d: DockerChaos, names: Iterable[str]) -> dict[str, int | None]:
+    return await _metric_counts(d, names, "dropped")
+
+
+async def received_counts(d: DockerChaos, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
+    return await _metric_counts(d, names, "received", kinds)
 
 
 def _measure(d: DockerChaos, a: str, b: str, shape: LinkShape, link_class: str) -> dict[str, Any]:

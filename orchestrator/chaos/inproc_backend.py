@@ -266,6 +266,9 @@ class InprocChaos(ChaosBackend):
     async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
         return measured.drop_counts(self.net, names)
 
+    async def received_counts(self, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
+        return measured.received_counts(self.net, names, kinds)
+
     async def measure_link(self, a: str, b: str, link_class: str | None,
                            shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
         specs = self._specs_between(a, b)
@@ -280,11 +283,7 @@ class InprocChaos(ChaosBackend):
         return from_network(self.net, names)
 
     async def parents(self) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for name in self.net.nodes:
-            if self._live(name):
-                out[name] = self.net.parent_of(name)
-        return out
+        return {name: self.net.parent_of(name) for name in self.net.nodes if self._live(name)}
 
     async def wait_converged(self, since: float, within_s: float) -> Converged:
         tr = self.tracker

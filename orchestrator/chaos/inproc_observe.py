@@ -12,12 +12,14 @@ import statistics
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
+from contract.frames import FRAME_TYPE_NAMES
 from contract.links import LinkShape
 
 from orchestrator.backends.inproc import InprocNetwork
 from orchestrator.tools.links_check import PING_FRAME_BYTES, asked_for, judge_loss, judge_rate, judge_rtt
 
-__all__ = ["at_once", "beside", "drop_counts", "frames_sent", "measure_link", "peer_keys", "probe"]
+__all__ = ["at_once", "beside", "drop_counts", "frames_sent", "kind_slots", "measure_link", "peer_keys", "probe",
+           "received_counts"]
 
 T = TypeVar("T")
 
@@ -59,6 +61,19 @@ def frames_sent(net: InprocNetwork, names: Iterable[str]) -> dict[str, int | Non
 
 def probe(net: InprocNetwork, pairs: Iterable[tuple[str, str]]) -> list[bool]:
     return [net.carries(a, b) for a, b in pairs]
+
+
+def received_counts(net: InprocNetwork, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
+    slots = kind_slots(kinds)
+    return {n: sum(net.nodes[n].frames_in[s] for s in slots) if n in net.nodes else None for n in names}
+
+
+def kind_slots(kinds: Iterable[str]) -> list[int]:
+    """The counter slots (contract.frames) of frame kinds as an adversary names them (``all``: every type)."""
+    kinds = set(kinds)
+    if "all" in kinds:
+        return list(range(len(FRAME_TYPE_NAMES) + 1))
+    return [FRAME_TYPE_NAMES.index(k) for k in sorted(kinds) if k in FRAME_TYPE_NAMES]
 
 
 def drop_counts(net: InprocNetwork, names: Iterable[str]) -> dict[str, int | None]:

@@ -196,3 +196,18 @@ def test_the_confirmations_leave_an_in_process_run_as_it_was() -> None:
         for s in doc["steps"]:
             s.pop("confirmed", None)
     assert measured == plain
+
+
+def test_an_adversary_with_nothing_to_drop_is_not_measured_rather_than_invalid() -> None:
+    """No traffic flows (no background pings, no checker pings: check false), so an adversary dropping traffic has
+    nothing to drop: its drop counter cannot move, and the run is not invalid for it; dropping bootstraps, which
+    arrive every few seconds, is confirmed."""
+    out = _run(RING, _scenario("""\
+  - {action: wait, until: converged, within_s: 120}
+  - {action: adversary, target: n04, drop: {traffic: 100}, check: false}
+  - {action: adversary, target: n05, drop: {bootstrap: 100}, check: false}
+"""), seed=2)
+    idle, busy = out["steps"][1]["confirmed"], out["steps"][2]["confirmed"]
+    assert idle["ok"] is None and "nothing to drop" in idle["how"] and "traffic" in idle["how"], idle
+    assert busy["ok"] is True and "dropped" in busy["how"], busy
+    assert out["verdict"] != "invalid", out["verdict"]
