@@ -163,11 +163,13 @@ class DockerBackend:
     def up(self, topology: Topology, *, run_id: str, events_dir: Path, image: str, seed: int | str = 0,
            shaping_backend: ShapingBackend = "userspace", progress: Progress | None = None,
            on_plan: Callable[[AddressPlan, dict[str, NodeLaunch], dict[str, HostLaunch]], None] | None = None,
-           reference_image: str | None = None) -> UpResult:
+           reference_image: str | None = None,
+           on_networks: Callable[[AddressPlan], None] | None = None) -> UpResult:
         """Create the networks and start one container per node; shape every link.
 
         ``on_plan`` is called once the plan is fixed, before any container exists (the
-        CLI records it). Host nodes get their networks and a command (``UpResult.hosts``), not a
+        CLI records it); ``on_networks`` once the networks exist, before the first container starts (a run's
+        Prometheus, so that it sees every node from its first second). Host nodes get their networks and a command (``UpResult.hosts``), not a
         container. Nodes whose spec is ``pinecone`` run ``reference_image`` (the reference node).
         Everything created carries ``snekbed.run=<run_id>``, so
         :meth:`down` removes it even after an exception or Ctrl-C half-way.
@@ -188,6 +190,8 @@ class DockerBackend:
             if on_plan is not None:
                 on_plan(plan, launches, hosts)
             net_ids = create_networks(self.client, plan, progress=progress)
+        if on_networks is not None:
+            on_networks(plan)
         t_nets = time.monotonic()
         shapes = {ln.index: link_shape(topology, ln.index) for ln in plan.links}
         containers: dict[str, str] = {}

@@ -363,7 +363,8 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
               progress: Callable[[str, int, int], None] | None = None,
               converge_progress: Callable[[float, int, int], None] | None = None,
               announce: Announce | None = None, host_timeout_s: float = HOST_TIMEOUT_S,
-              reference_image: str | None = None) -> tuple[DockerSession, UpResult, Convergence]:
+              reference_image: str | None = None,
+              on_networks: Callable[[AddressPlan], None] | None = None) -> tuple[DockerSession, UpResult, Convergence]:
     """Bring ``topology`` up as run ``run`` and wait (up to ``timeout_s`` after the last start) for convergence.
     Nodes whose spec is ``pinecone`` run ``reference_image``; meta.json's ``shaping_unapplied`` lists the part of
     a link's shape their ends cannot apply (docker_plan.unapplied_shaping), and ``announce`` says it.
@@ -380,7 +381,8 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
     try:
         return _start_run(topology, run, backend=backend, images=(image, reference_image), seed=seed,
                           shaping=shaping, timeout_s=timeout_s, progress=progress, converge_progress=converge_progress,
-                          announce=announce or _announce_stderr, host_timeout_s=host_timeout_s)
+                          announce=announce or _announce_stderr, host_timeout_s=host_timeout_s,
+                          on_networks=on_networks)
     except BaseException as exc:
         roll_back(run, backend, exc)
         raise
@@ -409,6 +411,7 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                progress: Callable[[str, int, int], None] | None,
                converge_progress: Callable[[float, int, int], None] | None,
                announce: Announce, host_timeout_s: float,
+               on_networks: Callable[[AddressPlan], None] | None = None,
                ) -> tuple[DockerSession, UpResult, Convergence]:
     shaping_backend, why = shaping
     image, reference_image = images
@@ -437,9 +440,10 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
             "address_block": plan.block, "observer": {},
         })
 
+    more = {"on_networks": on_networks} if on_networks is not None else {}  # a swarm's run has no Prometheus
     result = backend.up(topology, run_id=run.run_id, events_dir=run.events_dir, image=image, seed=seed,
                         shaping_backend=shaping_backend, progress=progress, on_plan=on_plan,
-                        reference_image=reference_image)
+                        reference_image=reference_image, **more)
     if unapplied:
         announce(unapplied_text(run.run_id, unapplied))
     meta = run.meta()

@@ -175,7 +175,8 @@ class DockerChaos(ChaosBackend):
         session, result, _conv = await trio.to_thread.run_sync(
             lambda: start_run(self.topology, self.run, backend=self.docker, image=self.image, seed=self.seed,
                               shaping=shaping, timeout_s=self.timeout_s, announce=announce,
-                              host_timeout_s=self.host_timeout_s, reference_image=self.reference_image))  # fmt: skip
+                              host_timeout_s=self.host_timeout_s, reference_image=self.reference_image,
+                              on_networks=self._monitor if self.prometheus_image is not None else None))  # fmt: skip
         self.session, self.plan, self.shaping_backend = session, result.plan, result.shaping_backend
         self.report["shaping_unapplied"] = self.run.meta().get("shaping_unapplied", [])
         self._admin = AdminClient(session.endpoints, timeout_s=3.0, workers=32)
@@ -189,15 +190,19 @@ class DockerChaos(ChaosBackend):
                 await self._disconnect(ln.index)
         self.run.update_meta(chaos={"start_stopped": sorted(self._start_stopped),
                                     "start_unlinked": sorted(sorted(p) for p in self._start_unlinked)})
-        if self.prometheus_image is not None:
-            plan, image, metrics = self.plan, self.prometheus_image, self.metrics
-            self.monitoring = await trio.to_thread.run_sync(
-                lambda: monitor_docker_run(self.docker.client, plan, image=image, metrics=metrics))
+        if self.monitoring is not None:
             self.run.update_meta(monitoring={"prometheus": self.monitoring.prometheus.url,
                                              "exporter": None if self.monitoring.exporter is None
                                              else self.monitoring.exporter.url})  # fmt: skip
-            print(f"snekbed chaos: Prometheus for run {self.run.run_id}: {self.monitoring.prometheus.url}",
-                  file=sys.stderr, flush=True)
+
+    def _monitor(self, plan: AddressPlan) -> None:
+        """Prometheus (and the orchestrator's exporter) once the run's networks exist, before its first node: the
+        run's whole life is scraped, its first fault included (in start_run's thread; a failure rolls back)."""
+        assert self.prometheus_image is not None
+        self.monitoring = monitor_docker_run(self.docker.client, plan, image=self.prometheus_image,
+                                             metrics=self.metrics)
+        print(f"snekbed chaos: Prometheus for run {self.run.run_id}: {self.monitoring.prometheus.url}",
+              file=sys.stderr, flush=True)
 
     def _shaping(self) -> tuple[ShapingBackend, str]:
         """The shaping backend and why (``--shaping``: the host is probed)."""

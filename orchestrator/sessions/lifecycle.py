@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from netem.plan import ShapingBackend
-from orchestrator.backends.docker_net import DEFAULT_POOL, DockerBackendError
+from orchestrator.backends.docker_net import DEFAULT_POOL, AddressPlan, DockerBackendError
 from orchestrator.backends.image_common import ImageError
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
 from orchestrator.model.hosting import reference_nodes
@@ -185,28 +185,31 @@ def prepare_docker(topology: Topology, *, swarm: bool = False, shaping: str = "a
 def up_docker(topology: Topology, run: RunDir, prep: DockerPrep, *, seed: int, timeout_s: float,
               host_timeout_s: float = DEFAULT_HOST_TIMEOUT_S, callbacks: UpCallbacks | None = None) -> DockerUp:
     """Bring ``topology`` up as ``run`` with what :func:`prepare_docker` readied, and wait for convergence; with
-    a Prometheus image in ``prep``, start Prometheus once the run is up.
+    a Prometheus image in ``prep``, Prometheus starts once the run's networks exist, before its first node.
 
-    Raises UpError when the run could not be brought up (rolled back: the message says what went) or its
-    monitoring could not start (the run stays up); KeyboardInterrupt after rolling back (see :func:`rolled_back`).
+    Raises UpError when the run could not be brought up or its monitoring could not start (rolled back: the
+    message says what went); KeyboardInterrupt after rolling back (see :func:`rolled_back`).
     """
     from orchestrator.backends.docker_session import start_run
 
     cb = callbacks or UpCallbacks()
     backend = prep.backend
+    started: list[str] = []  # Prometheus's URL, once it runs
+
+    def monitor(plan: AddressPlan) -> None:  # once the networks exist, before the first node starts
+        assert prep.prometheus_image is not None
+        started.append(monitor_docker_run(backend.client, plan, image=prep.prometheus_image).prometheus.url)
+
     try:
         session, result, conv = start_run(topology, run, backend=backend, image=prep.image, seed=seed,
                                           shaping=prep.shaping, timeout_s=timeout_s, progress=cb.phase,
                                           converge_progress=cb.converging, announce=cb.announce,
-                                          host_timeout_s=host_timeout_s, reference_image=prep.reference_image)
-    except (DockerBackendError, ImageError, RunError) as exc:
+                                          host_timeout_s=host_timeout_s, reference_image=prep.reference_image,
+                                          on_networks=monitor if prep.prometheus_image is not None else None)
+    except (DockerBackendError, ImageError, RunError, OSError, RuntimeError) as exc:  # Prometheus's: OSError, Runtime
         raise UpError(f"{exc}\n({rolled_back(run)})") from exc
-    prometheus_url = None
-    if prep.prometheus_image is not None:
-        try:
-            prometheus_url = monitor_docker_run(backend.client, result.plan, image=prep.prometheus_image).prometheus.url
-        except (OSError, RuntimeError) as exc:
-            raise UpError(f"{exc}\n(the run is up: `snekbed down --run-id {run.run_id}` removes it)") from exc
+    prometheus_url = started[0] if started else None
+    if prometheus_url is not None:
         run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topology.name, "backend": backend.name,
            "nodes": len(result.containers) + len(result.hosts),

@@ -163,10 +163,12 @@ def prometheus_config(*, run_id: str | None = None, orchestrators: Iterable[tupl
                       scrape_interval_s: float = SCRAPE_INTERVAL_S) -> str:
     """The scrape configuration (YAML text).
 
-    Node containers come from the Docker socket: every container labelled ``snekbed.node`` (and
-    ``snekbed.run=<run_id>`` when given), scraped at its address on the network labelled
+    Node containers come from the Docker socket (looked up every scrape interval): every container labelled
+    ``snekbed.node`` (and ``snekbed.run=<run_id>`` when given), scraped at its address on the network labelled
     ``snekbed.role=control``, port 9100, with ``node``, ``run`` and ``node_key`` labels from its
-    container labels. ``orchestrators``: ``(run_id, "host:port")`` exporters of :class:`RunMetrics`.
+    container labels. ``orchestrators``: ``(run_id, "host:port")`` exporters of :class:`RunMetrics`, their own
+    labels honoured (their series' ``run`` stays ``run``). The interval, 2 s by default, is short enough that
+    an episode of 5 s spans two scrapes.
     """
     filters = [{"name": "label", "values": [LABEL_NODE]}]
     if run_id is not None:
@@ -174,7 +176,9 @@ def prometheus_config(*, run_id: str | None = None, orchestrators: Iterable[tupl
     label = "__meta_docker_container_label_"
     nodes = {
         "job_name": "snek-nodes",
-        "docker_sd_configs": [{"host": "unix:///var/run/docker.sock", "refresh_interval": "5s", "filters": filters}],
+        # found within a scrape interval of their container's start (Prometheus runs before the first one)
+        "docker_sd_configs": [{"host": "unix:///var/run/docker.sock", "refresh_interval": f"{scrape_interval_s:g}s",
+                               "filters": filters}],
         "relabel_configs": [
             # one target per container: its address on the network labelled snekbed.role=control
             {"source_labels": ["__meta_docker_network_label_snekbed_role"], "regex": "control", "action": "keep"},
@@ -190,8 +194,8 @@ def prometheus_config(*, run_id: str | None = None, orchestrators: Iterable[tupl
     }
     jobs: list[dict[str, Any]] = [nodes]
     orch = [{"targets": [addr], "labels": {"run": run}} for run, addr in orchestrators]
-    if orch:
-        jobs.append({"job_name": "snekbed-orchestrator", "static_configs": orch})
+    if orch:  # the exporter's series carry their own ``run`` label: kept as it is (no ``exported_run``)
+        jobs.append({"job_name": "snekbed-orchestrator", "honor_labels": True, "static_configs": orch})
     jobs.append({"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{PROMETHEUS_PORT}"]}]})
     doc = {"global": {"scrape_interval": f"{scrape_interval_s:g}s", "evaluation_interval": f"{scrape_interval_s:g}s"},
            "scrape_configs": jobs}

@@ -218,12 +218,15 @@ def test_up_interrupted_halfway_rolls_back_everything_without_down(client: objec
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no containers appeared"
             time.sleep(0.05)
+        # the signal state the command runs with (a SIGINT it blocks or ignores would never interrupt it)
+        sig = [ln.strip() for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+               if ln.startswith(("SigBlk", "SigIgn", "SigCgt"))]  # fmt: skip
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == 130, f"{sig}\n{err[-2000:]}"
     left = left_behind(client, run_id)  # nothing left, and `down` was never called
     assert not left, left + err[-2000:]
     meta = json.loads((tmp_path / run_id / "meta.json").read_text())

@@ -115,6 +115,9 @@ def test_scrape_config_finds_one_runs_nodes_and_its_orchestrator() -> None:
     filters = jobs["snek-nodes"]["docker_sd_configs"][0]["filters"]
     assert {"name": "label", "values": ["snekbed.run=abc"]} in filters
     assert jobs["snekbed-orchestrator"]["static_configs"] == [{"targets": ["10.0.0.1:4321"], "labels": {"run": "abc"}}]
+    # the exporter's own run label is kept (no exported_run beside the target's); containers found every scrape
+    assert jobs["snekbed-orchestrator"]["honor_labels"] is True
+    assert jobs["snek-nodes"]["docker_sd_configs"][0]["refresh_interval"] == doc["global"]["scrape_interval"] == "2s"
 
 
 def test_chaos_refuses_monitoring_without_docker_and_metrics_on_virtual_time() -> None:
