@@ -166,7 +166,7 @@ class Output:
     events: Sequence[tuple[str, dict[str, Any]]]
     ping_results: Sequence[PingResult]
     next_deadline: float
-    dropped: Sequence[tuple[int, Frame, str]]
+    dropped: Sequence[tuple[int, Frame, str]] = ()
 
     def __init__(
         self,

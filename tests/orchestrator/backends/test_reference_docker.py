@@ -88,6 +88,7 @@ def _verdicts(out: dict[str, Any]) -> str:
         said = f" | confirmed {conf.get('ok')}: {conf.get('how')}" if conf and conf.get("ok") is not True else ""
         lines.append(f"  #{s['index']} {s['action']:<11} {s['verdict']:<5} tree {s.get('tree_converged_s')} snake "
                      f"{s.get('snake_converged_s')} | {inv}{said}")
+        lines += [f"      {k}: {v.get('detail')}" for k, v in s.get("invariants", {}).items() if not v["ok"]]
     return "\n".join(lines)
 
 
