@@ -204,14 +204,22 @@ def analyze_docker_run(run_dir: Path, out: Path, killed: list[str]) -> None:
     assert (out / "report.html").is_file() and (out / "convergence_cdf.png").is_file()
 
 
+#: exec the rest of argv with SIGINT's disposition reset (exec makes a handled signal default, and the new Python
+#: then installs its KeyboardInterrupt handler)
+_WITH_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 def test_up_interrupted_halfway_rolls_back_everything_without_down(client: object, image: str, run_id: str,
                                                                    tmp_path: Path) -> None:
     """SIGINT while the containers are being created: `up` itself removes every labelled container and
     network before it exits (no `snekbed down`), and meta.json says it was interrupted and rolled back."""
     runs = ["--run-id", run_id, "--runs-dir", str(tmp_path)]
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "up", str(MESH12), "--image", image,
-                             "--workers", "2", *runs], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO)
+    # as a terminal starts it: SIGINT handled (a suite started in the background of a non-interactive shell
+    # inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored: Ctrl-C could not reach the command)
+    proc = subprocess.Popen([sys.executable, "-c", _WITH_SIGINT, "-m", "orchestrator.cli", "up", str(MESH12), "--image",
+                             image, "--workers", "2", *runs], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while labelled(client, run_id)[0] < 1:  # poll the engine until a labelled container exists
