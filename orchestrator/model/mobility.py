@@ -19,6 +19,9 @@ The models, each a class with the parameters the topology gives it (orchestrator
 * :class:`GroupMember`: reference point group mobility (Hong et al.): the group's reference point follows its
   own model and the member wanders (random waypoint) within ``radius_m`` of it.
 * :class:`TraceMover`: replays a node of an ns-2 mobility trace (orchestrator.model.ns2_trace).
+
+:class:`Shifted` starts a mover at a later time: a model given to a node mid-run (a chaos ``mobility`` step)
+starts from where the node is then, its own time 0 being that moment.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "GaussMarkov",
     "GroupMember",
     "TraceMover",
+    "Shifted",
     "mover_rng",
     "distance",
 ]
@@ -298,3 +302,18 @@ class TraceMover:
 
     def position(self, t: float) -> Point:
         return self._legs.at(t)
+
+
+@dataclass(slots=True)
+class Shifted:
+    """``inner`` started at time ``t0``: at ``t`` it is where ``inner`` is at ``t - t0`` (where it starts before)."""
+
+    inner: Mover
+    t0: float
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    def position(self, t: float) -> Point:
+        return self.inner.position(max(0.0, t - self.t0))

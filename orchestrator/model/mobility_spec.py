@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
@@ -23,7 +23,7 @@ from orchestrator.model.radio_graph import Radio
 
 __all__ = ["MODELS", "StaticSpec", "RandomWaypointSpec", "GaussMarkovSpec", "GroupSpec", "TraceSpec",
            "MobilitySpec", "ReferenceSpec", "LossSpec", "RadioSpec", "MovementSpec", "World", "mobility_problems",
-           "build_world", "tag_problem", "trace_id", "untag"]
+           "build_world", "region_mover", "tag_problem", "trace_id", "untag"]
 
 MODELS = ("static", "random_waypoint", "gauss_markov", "group", "trace")
 DEFAULT_TICK_S = 1.0
@@ -266,6 +266,8 @@ class World:
     radios: tuple[Radio, ...]
     tick_s: float
     duration_s: float
+    #: each group's reference point (``movement.groups``), shared by its members' movers
+    refs: dict[str, Mover] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -273,7 +275,9 @@ class World:
         return "+".join(sorted({m.model for m in self.movers.values()}))
 
 
-def _region_mover(spec: RandomWaypointSpec | GaussMarkovSpec, rng: Any, start: Any) -> Mover:
+def region_mover(spec: RandomWaypointSpec | GaussMarkovSpec, rng: Any, start: Any) -> Mover:
+    """The random waypoint or Gauss-Markov mover ``spec`` says, drawing from ``rng``, starting at ``start`` (None:
+    a point drawn in the area)."""
     area = Rect.of_size(*spec.area_m)
     if isinstance(spec, RandomWaypointSpec):
         return RandomWaypoint(area, *spec.speed_mps, rng, pause_min_s=spec.pause_s[0], pause_max_s=spec.pause_s[1],
@@ -297,7 +301,7 @@ def _mover(i: int, node: Any, seed: int | str, refs: Mapping[str, Mover],
     if isinstance(spec, TraceSpec):
         track = tracks[spec.file][trace_id(i, spec)]
         return TraceMover((track.start[0], track.start[1]), list(track.moves))
-    return _region_mover(spec, rng, start)
+    return region_mover(spec, rng, start)
 
 
 def build_world(topo: Any, seed: int | str, tracks: Mapping[str, Mapping[int, TraceTrack]]) -> World | None:
@@ -306,7 +310,7 @@ def build_world(topo: Any, seed: int | str, tracks: Mapping[str, Mapping[int, Tr
     if not topo.radios:
         return None
     movement = topo.movement or MovementSpec()
-    refs = {g: _region_mover(spec, mover_rng(seed, f"group:{g}"), None) for g, spec in movement.groups.items()}
+    refs = {g: region_mover(spec, mover_rng(seed, f"group:{g}"), None) for g, spec in movement.groups.items()}
     movers = {n.name: _mover(i, n, seed, refs, tracks) for i, n in enumerate(topo.nodes) if _placed(n)}
     radios = tuple(
         Radio(name, r.range_m, r.link_class or name, r.hysteresis,
@@ -314,4 +318,4 @@ def build_world(topo: Any, seed: int | str, tracks: Mapping[str, Mapping[int, Tr
               r.loss.start_fraction if r.loss else 0.5, r.loss.edge_pct if r.loss else 0.0)
         for name, r in topo.radios.items()
     )
-    return World(movers, radios, movement.tick_s, movement.duration_s)
+    return World(movers, radios, movement.tick_s, movement.duration_s, refs)
