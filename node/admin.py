@@ -12,6 +12,10 @@ Contract (scripts depend on it; ``docs/node.md`` has examples):
 ``POST /peers``            ``{"uri": "tcp://HOST:PORT?class=..", "timeout_s": float}`` -> 201 when the
                            peering is up (``port``, ``key``, ``class``), 202 while it is still dialling
 ``DELETE /peers/{port}``   close that peering (and stop redialling its URI) -> ``{"port", "key"}``; 404
+``POST /peers/shape``      ``{"peer": hex, "class": name|null, "shaping": {"delay_ms": float|null, ...}}`` ->
+                           ``{"ports", "shapes": {port: shape}}``: the userspace shaper of the peerings with that
+                           key is the class's shape with ``shaping`` over it, a null clearing a field (later
+                           peerings with the key get it too); 404 when none is connected
 ``POST /traffic``          benchmark load: ``{"key", "payload_bytes", "count", "inflight", "timeout_s"}``
                            -> ``{"sent", "delivered", "lost", "elapsed_s", "frames_per_s"}``
 ``GET /recorder``          the flight recorder: JSON lines (contract.recorder), oldest first;
@@ -89,7 +93,7 @@ class ShapeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     peer: str
     link_class: str | None = Field(None, alias="class")
-    shaping: dict[str, float] = Field(default_factory=dict)
+    shaping: dict[str, float | None] = Field(default_factory=dict)  # null: the field cleared (no delay, no rate)
 
     _key = field_validator("peer")(_hex_key)
 
@@ -241,12 +245,12 @@ class _Handlers:
             return body
         assert isinstance(body, ShapeRequest)
         try:
-            ports = self.node.set_link_shape(bytes.fromhex(body.peer), body.link_class, body.shaping)
+            shapes = self.node.set_link_shape(bytes.fromhex(body.peer), body.link_class, body.shaping)
         except (ValueError, KeyError) as exc:
             return _error(422, str(exc))
-        if not ports:
+        if not shapes:
             return _error(404, f"peer {body.peer[:16]}...: not connected")
-        return JSONResponse({"ports": ports})
+        return JSONResponse({"ports": sorted(shapes), "shapes": {str(p): s for p, s in sorted(shapes.items())}})
 
     async def adversary(self, request: Request) -> JSONResponse:
         body = await _body(request, AdversaryRequest)

@@ -30,6 +30,7 @@ satisfies.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -101,6 +102,9 @@ class Node:
         for rates, peer in cfg.adversary:
             self.router.set_adversary(rates, peer)
         self.peers: dict[int, PeerConn] = {}
+        #: the shape POST /peers/shape last gave the peerings with a key: a later peering with it (a link cut and
+        #: made again) is shaped so too, not as its URI says
+        self.link_shapes: dict[bytes, LinkShape] = {}
         self.events = EventLog(cfg.events, run_id=cfg.run_id, node_key=self.key, node_name=cfg.name)
         self.started_at = now
         self.stopping = False
@@ -186,17 +190,25 @@ class Node:
         adv = self.router.adversary
         return {"dropped": adv.dropped if adv is not None else 0, "active": bool(adv and adv.active)}
 
-    def set_link_shape(self, peer: bytes, link_class: str | None, shaping: Mapping[str, float]) -> list[int]:
+    def set_link_shape(self, peer: bytes, link_class: str | None,
+                       shaping: Mapping[str, float | None]) -> dict[int, dict[str, Any]]:
         """``POST /peers/shape``: shape the peerings with ``peer`` as ``link_class`` (default: their class) with
-        ``shaping`` overriding its fields. Returns the ports changed. Raises ValueError (unknown class or field)."""
-        ports = []
+        ``shaping`` overriding its fields, a None clearing one (no delay, no rate limit, ...); later peerings with
+        ``peer`` get the same shape. Returns each changed port's shape (its non-default fields). Raises ValueError
+        (unknown class or field)."""
+        unknown = sorted(set(shaping) - set(LinkShape.model_fields))
+        if unknown:
+            raise ValueError(f"shaping: unknown field {unknown[0]!r} (known: {', '.join(LinkShape.model_fields)})")
+        out: dict[int, dict[str, Any]] = {}
         for port, conn in sorted(self.peers.items()):
             if conn.key != peer:
                 continue
-            base = resolve_class(link_class or conn.link.link_class).shape
-            conn.set_shape(LinkShape(**{**base.model_dump(), **shaping}))
-            ports.append(port)
-        return ports
+            fields = {**resolve_class(link_class or conn.link.link_class).shape.model_dump(), **shaping}
+            shape = LinkShape(**{k: v for k, v in fields.items() if v is not None})
+            conn.set_shape(shape)
+            self.link_shapes[peer] = shape
+            out[port] = shape.model_dump(exclude_defaults=True)
+        return out
 
     # ================================================================ peers (node.peering.PeerHost)
 
@@ -219,6 +231,9 @@ class Node:
             self.counters.count_disconnect("ports_full")
             log.warning("refusing %s (%s): all %d ports are in use", remote, key.hex()[:16], MAX_PORTS)
             return None
+        if key in self.link_shapes:  # reshaped mid-run (POST /peers/shape): the shape outlives the connection
+            shape = self.link_shapes[key]
+            link = dataclasses.replace(link, shape=None if shape.is_noop else shape)
         peer = PeerConn(
             port=port, key=key, link=link, stream=stream, remote=remote, timeouts=cfg.timeouts,
             on_frames=self._on_frames, on_drop=self._on_drop, leftover=leftover,

@@ -174,6 +174,8 @@ class AdminView(NodeView, Protocol):
         """``POST /adversary``: drop received frames by kind. Raises ValueError."""
         ...
 
-    def set_link_shape(self, peer: bytes, link_class: str | None, shaping: Mapping[str, float]) -> list[int]:
-        """``POST /peers/shape``: reshape the peerings with ``peer``. Raises ValueError."""
+    def set_link_shape(self, peer: bytes, link_class: str | None,
+                       shaping: Mapping[str, float | None]) -> dict[int, dict[str, Any]]:
+        """``POST /peers/shape``: reshape the peerings with ``peer`` (a None clears a field); each port's new
+        shape. Raises ValueError."""
         ...

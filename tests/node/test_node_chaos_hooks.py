@@ -90,3 +90,18 @@ def test_link_shape_changes_at_run_time(line: Cluster) -> None:
     assert min(slow) >= 140, (base, slow)
     assert a.post("/peers/shape", {"peer": "ab" * 32}).status_code == 404
     assert a.post("/peers/shape", {"peer": b.key.hex(), "class": "warp"}).status_code == 422
+    assert a.post("/peers/shape", {"peer": b.key.hex(), "shaping": {"warp_ms": None}}).status_code == 422
+    # the shape outlives the connection: b redials the peering a drops, and the new one is delayed as well
+    port = r.json()["ports"][0]
+    assert a.delete(f"/peers/{port}").status_code == 200
+    wait_until(lambda: _delivered(a, b), 20, what="b redialled a")
+    assert min(a.ping(b.key, "tree", count=3)["rtt_ms"]) >= 140
+    # a null clears a field: the remote class without its rate, queue and loss (what a kernel shapes) is its
+    # delay and jitter alone; every field cleared is no shaping at all
+    r = a.post("/peers/shape", {"peer": b.key.hex(), "class": "remote",
+                                "shaping": {"rate_mbit": None, "queue_limit_pkts": None, "loss_pct": None}})
+    assert r.status_code == 200 and list(r.json()["shapes"].values()) == [{"delay_ms": 25.0, "jitter_ms": 3.0}], r.text
+    cleared = dict.fromkeys(("delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "queue_limit_pkts"))
+    r = a.post("/peers/shape", {"peer": b.key.hex(), "class": "remote", "shaping": cleared})
+    assert r.status_code == 200 and list(r.json()["shapes"].values()) == [{}], r.text
+    assert max(a.ping(b.key, "tree", count=3)["rtt_ms"]) < 140
