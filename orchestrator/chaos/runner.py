@@ -137,6 +137,7 @@ class ChaosRun:
             "steps": self.steps,
             "traffic": traffic,
             "protocol_time_s": round(b.now() - t0, 3),
+            "time_origin": {"clock": "scenario", "mono_s": round(t0, 6)},  # at_s, protocol_time_s count from it
         }
         for key, which in (("invalid_steps", "invalid"), ("slow_steps", "slow"), ("stuck_steps", "stuck")):
             out[key] = [s["index"] for s in self.steps
