@@ -236,12 +236,12 @@ class StepApplier:
     async def _adversary(self, step: Adversary) -> Applied:
         names = await self._nodes(step)
         kinds = [k for k, v in step.drop.items() if v > 0]
-        before = await self.confirm.drops_before(names, kinds) if self.confirm is not None else {}
+        before = await self.confirm.drops_before(names, kinds, step.peer) if self.confirm is not None else {}
         for n in names:
             await self.backend.adversary(n, dict(step.drop), step.peer)
             self.act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
         if self.confirm is not None and any(v > 0 for v in step.drop.values()):  # lifting drops nothing to count
-            await self.confirm.dropping(names, kinds, before)
+            await self.confirm.dropping(names, kinds, before, step.peer)
         return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
 
     # ------------------------------------------------------------------ link faults

@@ -204,13 +204,13 @@ class Observation(Protocol):
         it cannot be measured here (says why)."""
         ...
 
-    async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
-        """Frames each node's adversary has dropped so far; None where that is not counted."""
-        ...
-
-    async def received_counts(self, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
-        """Frames of ``kinds`` (frame type names, contract.frames; ``all``: every type) each node has received
-        from its peers so far; None where that is not counted."""
+    async def adversary_counts(self, names: Iterable[str], kinds: Iterable[str], peer: str | None = None,
+                               since: float | None = None) -> dict[str, tuple[int, int] | str]:  # fmt: skip
+        """``(received, dropped)`` for each node: the frames of ``kinds`` (frame type names, contract.frames;
+        ``all``: every type) it received from its peers and those its adversary dropped. With ``peer`` None, so far
+        (its counters); with a ``peer``, those from that peer alone since the backend time ``since`` (its flight
+        recorder: the frames it received and dropped on its ports to ``peer``). Why not, where they are not
+        counted."""
         ...
 
     def beside(self, poll: Callable[[], Awaitable[bool]], every_s: float, until: float) -> None:

@@ -6,7 +6,7 @@ took effect: :meth:`Confirmer.silenced` (kill, remove_node, pause, a churned nod
 flap's first down), :meth:`~Confirmer.restored` (heal, link_up, a link joining, a flap's last up),
 :meth:`~Confirmer.shaped` (link_change) and :meth:`~Confirmer.dropping` (adversary): one expectation class per kind
 of fault. Each expectation reads the backend's Observation (``peer_keys``: the control plane; ``frames_sent`` and
-``probe``: the data plane; ``measure_link``; ``drop_counts``) beside the run (``beside``: in process passive calls on
+``probe``: the data plane; ``measure_link``; ``adversary_counts``) beside the run (``beside``: in process passive calls on
 the event heap, which change nothing in the run; on Docker a task asking the nodes' admin APIs) until it holds or
 its bound passes. The runner waits for the last of them (:meth:`Confirmer.settled`) and records the step's
 ``confirmed``: ``{ok, latency_s, how}``. A fault not confirmed within its bound makes the step ``invalid``: the run
@@ -273,30 +273,30 @@ class _Shaped(_Expect):
 
 @dataclass
 class _Dropping(_Expect):
-    """An adversary: its drop counters move (frames of the kinds it drops arrived and were dropped). When its bound
-    passes with no frame of those kinds received at all, there was nothing to drop: not measured, not invalid."""
+    """An adversary: it drops frames of the kinds it was told to drop, from the peer it was told (from every peer
+    when none): its drop counters, or for one peer its flight recorder, move. When its bound passes and no frame of
+    those kinds from that peer reached it at all, there was nothing to drop: not measured, not invalid."""
 
     node: str = ""
-    before: int | None = None
     kinds: tuple[str, ...] = ()
-    received: int | None = None  # frames of ``kinds`` the node had received before
+    peer: str | None = None
+    before: tuple[int, int] | str = "not read"  # (received, dropped) by its counters before, for every peer
 
     async def read(self, obs: ChaosBackend, now: float) -> str | None:
-        got = (await obs.drop_counts([self.node])).get(self.node)
-        if got is None or self.before is None:
-            self.done = Confirmation(None, None, f"{self.what}: not measured: {self.node} does not count its drops")
+        since = self.t0 if self.peer is not None else None
+        got = (await obs.adversary_counts([self.node], self.kinds, self.peer, since)).get(self.node, "not read")
+        if isinstance(got, str) or isinstance(self.before, str):
+            why = got if isinstance(got, str) else self.before
+            self.done = Confirmation(None, None, f"{self.what}: not measured: {why}")
             return None
-        if got > self.before:
-            return f"{self.node} dropped {got - self.before} frame(s)"
-        self.last = f"no frame dropped by {self.node} yet"
-        if obs.now() >= self.t0 + self.within_s and self.received is not None:
-            rx = (await obs.received_counts([self.node], self.kinds)).get(self.node)
-            if rx is not None and rx <= self.received:
-                self.done = Confirmation(None, None, f"{self.what}: not measured: no frame of the kinds it drops "
-                                                     f"({', '.join(self.kinds)}) reached {self.node} within "
-                                                     f"{self.within_s:g} s, so there was nothing to drop")  # fmt: skip
-            elif rx is not None:
-                self.last += f" although {rx - self.received} frame(s) of the kinds it drops reached it"
+        rx, dropped = got if self.peer is not None else (got[0] - self.before[0], got[1] - self.before[1])
+        what = f"frame(s) of {', '.join(self.kinds)}" + (f" from {self.peer}" if self.peer is not None else "")
+        if dropped > 0:
+            return f"{self.node} dropped {dropped} of the {rx} {what} it received"
+        self.last = f"{self.node} dropped none of the {rx} {what} it received"
+        if rx <= 0 and obs.now() >= self.t0 + self.within_s:
+            self.done = Confirmation(None, None, f"{self.what}: not measured: no {what} reached {self.node} within "
+                                                 f"{self.within_s:g} s, so there was nothing to drop")  # fmt: skip
         return None
 
 
@@ -378,25 +378,24 @@ class Confirmer:
         self._start(_Shaped(what, self.backend.now(), SHAPE_S, a=a, b=b, link_class=link_class,
                             shaping=dict(shaping or {})))  # fmt: skip
 
-    async def drops_before(self, names: Iterable[str],
-                           kinds: Iterable[str]) -> dict[str, tuple[int | None, int | None]]:  # fmt: skip
-        """The drop counters of ``names`` now, before they are made adversaries dropping ``kinds``, and the frames of
-        those kinds they have received so far."""
-        if not self.backend.measures_faults:
+    async def drops_before(self, names: Iterable[str], kinds: Iterable[str],
+                           peer: str | None = None) -> dict[str, tuple[int, int] | str]:  # fmt: skip
+        """What :meth:`dropping` compares with: the frames of ``kinds`` ``names`` have received and their adversaries
+        dropped so far, before they are made adversaries dropping ``kinds`` (from ``peer``: nothing to read, the
+        frames from it are counted from the fault on)."""
+        if not self.backend.measures_faults or peer is not None:
             return {}
-        names = list(names)
-        drops = await self.backend.drop_counts(names)
-        received = await self.backend.received_counts(names, kinds)
-        return {n: (drops.get(n), received.get(n)) for n in names}
+        return await self.backend.adversary_counts(list(names), kinds)
 
-    async def dropping(self, names: Iterable[str], kinds: Iterable[str],
-                       before: Mapping[str, tuple[int | None, int | None]]) -> None:  # fmt: skip
-        """``names`` were made adversaries dropping ``kinds`` just now; ``before``: from :meth:`drops_before`."""
+    async def dropping(self, names: Iterable[str], kinds: Iterable[str], before: Mapping[str, tuple[int, int] | str],
+                       peer: str | None = None) -> None:  # fmt: skip
+        """``names`` were made adversaries dropping ``kinds`` (from ``peer``, or every peer) just now; ``before``:
+        from :meth:`drops_before`."""
         kinds = tuple(sorted(kinds))
         for n in names:
-            drops, received = before.get(n, (None, None))
-            self._start(_Dropping(f"adversary {n}", self.backend.now(), DROP_S, node=n, before=drops, kinds=kinds,
-                                  received=received))  # fmt: skip
+            self._start(_Dropping(f"adversary {n}" + (f" (from {peer})" if peer is not None else ""),
+                                  self.backend.now(), DROP_S, node=n, kinds=kinds, peer=peer,
+                                  before=(0, 0) if peer is not None else before.get(n, "not read")))  # fmt: skip
 
     async def settled(self, until: float | None = None) -> Confirmation | None:
         """Wait until every expectation is decided, but not past the backend time ``until`` (a reference

@@ -340,11 +340,9 @@ class DockerChaos(ChaosBackend):
     async def probe(self, pairs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
         return await measured.probe(self, pairs, timeout_s)
 
-    async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
-        return await measured.drop_counts(self, names)
-
-    async def received_counts(self, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
-        return await measured.received_counts(self, names, kinds)
+    async def adversary_counts(self, names: Iterable[str], kinds: Iterable[str], peer: str | None = None,
+                               since: float | None = None) -> dict[str, tuple[int, int] | str]:  # fmt: skip
+        return await measured.adversary_counts(self, names, kinds, peer, since)
 
     async def measure_link(self, a: str, b: str, link_class: str | None,
                            shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip

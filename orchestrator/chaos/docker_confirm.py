@@ -9,8 +9,10 @@
   it is not recorded);
 * a link's shape: the links check (orchestrator.tools.links_check) on the link, against the new shape, with its
   tolerances (RTT by node pings; loss and rate where the kernel shapes them);
-* an adversary's drops: ``snek_dropped_frames{reason="adversary"}`` of the node's own /metrics, read inside its
-  container (a reference node's too: it serves the series under the same name, and its image has python3).
+* an adversary's drops: ``snek_dropped_frames{reason="adversary"}`` and ``snek_received_frames`` of the frame types it
+  drops, from the node's own /metrics, read inside its container (a reference node's too: it serves the series
+  under the same name, and its image has python3); for an adversary limited to one peer, the frames received from
+  that peer and dropped, from the node's flight recorder (``GET /recorder``) on its ports to that peer.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from typing import Any
 
 import trio
 
-from contract.frames import FRAME_TYPE_NAMES
 from contract.links import LinkShape, resolve_class
 from netem.measure import MeasureError, exec_python
+from orchestrator.backends.docker_observe import AdminError
 from orchestrator.backends.docker_plan import NODE_METRICS_PORT
 from orchestrator.backends.shaping import load_record
 from orchestrator.tools.links_check import CheckOptions, Side, check_link
@@ -34,7 +36,7 @@ from orchestrator.tools.links_check import CheckOptions, Side, check_link
 #: the Docker chaos backend these functions read (orchestrator.chaos.docker_backend.DockerChaos, which imports them)
 DockerChaos = Any
 
-__all__ = ["beside", "drop_counts", "measure_link", "peer_keys", "probe", "received_counts"]
+__all__ = ["adversary_counts", "beside", "measure_link", "peer_keys", "probe"]
 
 _UDP_PROBE = r"""
 import json, socket, sys
@@ -62,14 +64,16 @@ for ip in a["ips"]:
 print(json.dumps({"reached": out}))
 """
 
-_DROPS = r"""
+_COUNTS = r"""
 import json, sys, urllib.request
 a = json.loads(sys.argv[1])
 text = urllib.request.urlopen(a["url"], timeout=3).read().decode()
+def of_kinds(line):
+    return a["kinds"] is None or any(f'type="{k}"' in line for k in a["kinds"])
 n = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-        if line.startswith("snek_dropped_frames") and 'reason="adversary"' in line)
+        if line.startswith("snek_dropped_frames") and 'reason="adversary"' in line and of_kinds(line))
 rx = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("snek_received_frames")
-      and any(f'type="{k}"' in line for k in a["kinds"])]
+      and of_kinds(line)]
 print(json.dumps({"dropped": n, "received": sum(rx) if rx else None}))
 """
 
@@ -152,32 +156,60 @@ async def probe(d: DockerChaos, pairs: list[tuple[str, str]], timeout_s: float) 
     return [bool(x) for x in out]
 
 
-async def _metric_counts(d: DockerChaos, names: Iterable[str], key: str,
-                         kinds: Iterable[str] = ()) -> dict[str, int | None]:  # fmt: skip
-    """``key`` ("dropped": the adversary's drops; "received": frames of ``kinds`` received) from each node's own
-    /metrics, read inside its container."""
-    kinds = list(FRAME_TYPE_NAMES) if "all" in kinds else sorted(kinds)
-    out: dict[str, int | None] = {}
+async def adversary_counts(d: DockerChaos, names: Iterable[str], kinds: Iterable[str], peer: str | None,
+                           since: float | None) -> dict[str, tuple[int, int] | str]:  # fmt: skip
+    """``(received, dropped)`` frames of ``kinds`` for each node (orchestrator.chaos.backend.Observation): from
+    every peer so far (its own /metrics, read inside its container), or from ``peer`` since ``since`` (its flight
+    recorder, ``GET /recorder?last_s=``, on the ports its ``GET /state`` gives ``peer``)."""
+    kinds = tuple(kinds)
+    out: dict[str, tuple[int, int] | str] = {}
     for n in names:
-        box = _container(d, n)  # a reference node counts them too, under the same name (docs/interop.md)
-        if box is None:
-            out[n] = None
-            continue
-        args = {"url": f"http://127.0.0.1:{NODE_METRICS_PORT}/metrics", "kinds": kinds}
-        try:
-            got = await trio.to_thread.run_sync(lambda box=box: exec_python(box, _DROPS, args, what="drops"))
-            out[n] = None if got[key] is None else int(got[key])
-        except MeasureError:
-            out[n] = None
+        if peer is None:
+            out[n] = await _metric_counts(d, n, kinds)
+        elif n in d.reference_nodes:
+            out[n] = f"frames from {peer} are not told apart from other peers': {n} runs the Pinecone reference, " \
+                     "which keeps no flight recorder"
+        else:
+            last_s = max(0.001, d.now() - since) if since is not None else 3600.0
+            out[n] = await trio.to_thread.run_sync(_from_peer, d, n, peer, kinds, last_s)
     return out
 
 
-async def drop_counts(d: DockerChaos, names: Iterable[str]) -> dict[str, int | None]:
-    return await _metric_counts(d, names, "dropped")
+async def _metric_counts(d: DockerChaos, name: str, kinds: tuple[str, ...]) -> tuple[int, int] | str:
+    box = _container(d, name)  # a reference node counts them too, under the same name (docs/interop.md)
+    if box is None:
+        return f"{name}'s container cannot be reached from this engine"
+    args = {"url": f"http://127.0.0.1:{NODE_METRICS_PORT}/metrics", "kinds": None if "all" in kinds else list(kinds)}
+    try:
+        got = await trio.to_thread.run_sync(lambda: exec_python(box, _COUNTS, args, what="drops"))
+    except MeasureError as exc:
+        return f"{name}'s /metrics could not be read: {exc}"
+    if got["received"] is None:
+        return f"{name} does not count the frames it receives by type"
+    return int(got["received"]), int(got["dropped"])
 
 
-async def received_counts(d: DockerChaos, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
-    return await _metric_counts(d, names, "received", kinds)
+def _from_peer(d: DockerChaos, name: str, peer: str, kinds: tuple[str, ...], last_s: float) -> tuple[int, int] | str:
+    """From ``name``'s flight recorder: the frames of ``kinds`` it received on its ports to ``peer`` in the last
+    ``last_s`` seconds, and those its adversary dropped. Blocks: run it in a thread."""
+    assert d._admin is not None and d.session is not None
+    key = d.session.keys.get(peer)
+    try:
+        ports = {p["port"] for p in d._admin.state(name).get("peers", []) if p.get("key") == key}
+        text = d._admin.get_bytes(name, f"/recorder?last_s={last_s:.3f}").decode()
+    except AdminError as exc:
+        return f"frames from {peer} are not told apart from other peers': {exc}"
+    wanted = None if "all" in kinds else set(kinds)
+    rx = dropped = 0
+    for raw in text.splitlines():
+        line = json.loads(raw)
+        if line.get("port") not in ports or (wanted is not None and line.get("frame_type") not in wanted):
+            continue
+        if line["kind"] == "received":
+            rx += 1
+        elif line["kind"] == "dropped" and line.get("reason") == "adversary":
+            dropped += 1
+    return rx, dropped
 
 
 def _measure(d: DockerChaos, a: str, b: str, shape: LinkShape, link_class: str) -> dict[str, Any]:

@@ -263,11 +263,9 @@ class InprocChaos(ChaosBackend):
     async def probe(self, pairs: list[tuple[str, str]], timeout_s: float) -> list[bool]:
         return measured.probe(self.net, pairs)
 
-    async def drop_counts(self, names: Iterable[str]) -> dict[str, int | None]:
-        return measured.drop_counts(self.net, names)
-
-    async def received_counts(self, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
-        return measured.received_counts(self.net, names, kinds)
+    async def adversary_counts(self, names: Iterable[str], kinds: Iterable[str], peer: str | None = None,
+                               since: float | None = None) -> dict[str, tuple[int, int] | str]:  # fmt: skip
+        return measured.adversary_counts(self.net, names, kinds, peer, since)
 
     async def measure_link(self, a: str, b: str, link_class: str | None,
                            shaping: Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip

@@ -7,19 +7,22 @@ by the same factory as the link's own, on an RNG of its own), so the link's own 
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from contract.frames import FRAME_TYPE_NAMES
+from contract.frames import FRAME_TYPE_NAMES, FRAME_TYPE_NUMBERS
 from contract.links import LinkShape
+from node.core.recorder import DROPPED, RECEIVED
+from node.flight import read_out
 
-from orchestrator.backends.inproc import InprocNetwork
+from orchestrator.backends.inproc import InprocNetwork, SimNode
 from orchestrator.tools.links_check import PING_FRAME_BYTES, asked_for, judge_loss, judge_rate, judge_rtt
 
-__all__ = ["at_once", "beside", "drop_counts", "frames_sent", "kind_slots", "measure_link", "peer_keys", "probe",
-           "received_counts"]
+__all__ = ["adversary_counts", "at_once", "beside", "frames_sent", "kind_slots", "measure_link", "peer_keys",
+           "probe"]
 
 T = TypeVar("T")
 
@@ -63,11 +66,6 @@ def probe(net: InprocNetwork, pairs: Iterable[tuple[str, str]]) -> list[bool]:
     return [net.carries(a, b) for a, b in pairs]
 
 
-def received_counts(net: InprocNetwork, names: Iterable[str], kinds: Iterable[str]) -> dict[str, int | None]:
-    slots = kind_slots(kinds)
-    return {n: sum(net.nodes[n].frames_in[s] for s in slots) if n in net.nodes else None for n in names}
-
-
 def kind_slots(kinds: Iterable[str]) -> list[int]:
     """The counter slots (contract.frames) of frame kinds as an adversary names them (``all``: every type)."""
     kinds = set(kinds)
@@ -76,13 +74,48 @@ def kind_slots(kinds: Iterable[str]) -> list[int]:
     return [FRAME_TYPE_NAMES.index(k) for k in sorted(kinds) if k in FRAME_TYPE_NAMES]
 
 
-def drop_counts(net: InprocNetwork, names: Iterable[str]) -> dict[str, int | None]:
-    out: dict[str, int | None] = {}
+def adversary_counts(net: InprocNetwork, names: Iterable[str], kinds: Iterable[str], peer: str | None,
+                     since: float | None) -> dict[str, tuple[int, int] | str]:  # fmt: skip
+    """``(received, dropped)`` frames of ``kinds`` for each node (orchestrator.chaos.backend.Observation): from
+    every peer so far (``frames_in`` and the router's ``frame_dropped`` counters, by type), or from ``peer`` since
+    ``since`` (the node's flight recorder, on its ports to ``peer``)."""
+    kinds = tuple(kinds)
+    out: dict[str, tuple[int, int] | str] = {}
     for n in names:
         node = net.nodes.get(n)
-        out[n] = None if node is None else sum(v for k, v in node.router.counters.items()
-                                               if k[0] == "frame_dropped" and k[-1] == "adversary")  # fmt: skip
+        if node is None:
+            out[n] = f"{n} is not in the network"
+        elif peer is None:
+            slots = kind_slots(kinds)
+            types = None if "all" in kinds else {FRAME_TYPE_NUMBERS[s] for s in slots}
+            dropped = sum(v for k, v in node.router.counters.items()
+                          if k[0] == "frame_dropped" and k[-1] == "adversary" and (types is None or k[1] in types))
+            out[n] = (sum(node.frames_in[s] for s in slots), dropped)  # fmt: skip
+        else:
+            out[n] = _from_peer(net, node, peer, kinds, since if since is not None else -math.inf)
     return out
+
+
+def _from_peer(net: InprocNetwork, node: SimNode, peer: str, kinds: tuple[str, ...],
+               since: float) -> tuple[int, int] | str:  # fmt: skip
+    """The frames of ``kinds`` ``node`` received on its ports to ``peer`` since ``since``, and those its adversary
+    dropped, from its flight recorder (read as a dump reads it: nothing is added, nothing the window keeps is
+    taken)."""
+    if node.recorder is None:
+        return f"frames from {peer} are not told apart from other peers': {node.name}'s flight recorder is off"
+    ports = {e.port for e in net.ends_between(node.name, peer)}
+    now = net.now
+    mine = [e for e in node.recorder.entries(now) if e[0] >= since and e[2] in ports
+            and (e[1] == RECEIVED or (e[1] == DROPPED and e[4] == "adversary"))]  # fmt: skip
+    wanted = None if "all" in kinds else set(kinds)
+    rx = dropped = 0
+    for line, _ in read_out(mine, now, node.key, node.name):
+        if wanted is None or line["frame_type"] in wanted:
+            if line["kind"] == "received":
+                rx += 1
+            else:
+                dropped += 1
+    return rx, dropped
 
 
 def _direction(net: InprocNetwork, a: str, b: str, seed: int, rate_mbit: float | None) -> dict[str, Any] | None:
