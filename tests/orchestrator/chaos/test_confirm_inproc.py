@@ -211,3 +211,50 @@ def test_an_adversary_with_nothing_to_drop_is_not_measured_rather_than_invalid()
     assert idle["ok"] is None and "nothing to drop" in idle["how"] and "traffic" in idle["how"], idle
     assert busy["ok"] is True and "dropped" in busy["how"], busy
     assert out["verdict"] != "invalid", out["verdict"]
+
+
+class _DeafAdversary(InprocChaos):
+    """A backend that reports an adversary it never configures (its node drops nothing)."""
+
+    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
+        await self.sleep(0)
+
+
+ONE_PEER = """\
+  - {action: wait, until: converged, within_s: 120}
+  - {action: adversary, target: n05, drop: {bootstrap: 100}, peer: n04, check: false}
+  - {action: adversary, target: n03, drop: {bootstrap: 100}, peer: n07, check: false}
+  - {action: adversary, target: n03, drop: {bootstrap: 100}, check: false}
+  - {action: adversary, target: n02, drop: {bootstrap: 100}, check: false}
+  - {action: adversary, target: n02, drop: {traffic: 100}, peer: n01, check: false}
+"""
+
+
+def test_an_adversary_limited_to_one_peer_is_judged_on_that_peers_frames_of_its_kinds() -> None:
+    """Bootstraps reach n03 from both its neighbours every few seconds (step 3 drops them), none from n07, which is
+    no neighbour of it: dropping n07's is not measured, not invalid (judged on every peer's frames, it was). n02
+    keeps dropping every peer's bootstraps by default when it is told to drop n01's traffic: those drops do not
+    confirm the traffic (nothing flows), which is not measured (judged on every kind, it was confirmed)."""
+    out = _run(RING, _scenario(ONE_PEER), seed=2)
+    c = [s.get("confirmed") for s in out["steps"]]
+    assert c[1]["ok"] is True and "frame(s) of bootstrap from n04" in c[1]["how"], c[1]
+    assert c[2]["ok"] is None and "no frame(s) of bootstrap from n07 reached n03" in c[2]["how"], c[2]
+    assert c[3]["ok"] is True and "dropped" in c[3]["how"], c[3]
+    assert c[4]["ok"] is True, c[4]
+    assert c[5]["ok"] is None and "no frame(s) of traffic from n01 reached n02" in c[5]["how"], c[5]
+    assert out["verdict"] == "pass" and out["invalid_steps"] == [], out["invalid_steps"]
+
+
+def test_an_adversary_that_drops_nothing_from_its_peer_is_invalid() -> None:
+    """The same step on a backend that never configures the adversary: bootstraps from n04 reach n05 and none is
+    dropped, so the step is invalid and says how many came."""
+    sc = _scenario(ONE_PEER.split("  - {action: adversary, target: n03", 1)[0])
+
+    async def main() -> dict[str, Any]:
+        return await run_scenario(_DeafAdversary(RING, seed=2), sc, seed=2)
+
+    out = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    step = out["steps"][1]
+    assert step["verdict"] == "invalid" and step["confirmed"]["ok"] is False, step
+    assert "dropped none of the" in step["invalid"] and "frame(s) of bootstrap from n04" in step["invalid"]
+    assert out["verdict"] == "invalid" and out["invalid_steps"] == [1]
