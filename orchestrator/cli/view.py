@@ -1,9 +1,10 @@
 """``snekbed view``: serve the page for a recorded run (replay) or a running Docker run (live)
 (orchestrator/tools/view/; docs/view.md).
 
-Exit codes (:mod:`contract.exit_codes`): 0 after Ctrl-C (or ``--check``); 2 when there is nothing to show or
-nowhere to show it: a run directory that cannot be replayed (the message names the file, line and field), no
-such run, no Docker engine for ``--live``, or a ``--listen`` address that cannot be bound.
+Exit codes (:mod:`contract.exit_codes`): 0 after Ctrl-C, which is how a page is stopped (one line, no traceback),
+or after ``--check``; 2 when there is nothing to show or nowhere to show it: a run directory that cannot be
+replayed (the message names the file, line and field), no such run, an ``--at`` the run does not have, no Docker
+engine for ``--live``, or a ``--listen`` address that cannot be bound.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from orchestrator.backends.docker_net import DockerBackendError
 from orchestrator.cli.options import BadInput, address_option
 from orchestrator.model.runs import RunError, open_run, runs_root
 from orchestrator.tools.view.app import POLL_S
-from orchestrator.tools.view.serve import DEFAULT_LISTEN, check_summary, follow_live, replay
+from orchestrator.tools.view.serve import DEFAULT_LISTEN, check_summary, follow_live, open_time, replay
 from orchestrator.tools.view.timeline import Timeline, TimelineError
 
 __all__ = ["view"]
@@ -25,6 +26,10 @@ __all__ = ["view"]
 
 def _announce(url: str) -> None:
     click.echo(f"snekbed view: {url} (Ctrl-C to stop)", err=True)
+
+
+def _stopped() -> None:
+    click.echo("snekbed view: stopped (Ctrl-C)", err=True)
 
 
 @click.command()
@@ -36,9 +41,11 @@ def _announce(url: str) -> None:
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Where to serve the page (port 0: any free port).")
 @click.option("--interval-s", type=float, default=POLL_S, show_default=True, help="--live: poll the nodes this often.")
+@click.option("--at", "at", default="start", show_default=True, metavar="start|first-fault|SECONDS",
+              help="Replay: open at the run's start, just before its first fault, or SECONDS after its start.")
 @click.option("--check", is_flag=True, help="Replay: load the run, print what the page would show at its end, exit.")
 def view(run_dir: Path | None, live: bool, run_id: str | None, runs_dir: Path | None, listen: str,
-         interval_s: float, check: bool) -> None:  # fmt: skip
+         interval_s: float, at: str, check: bool) -> None:  # fmt: skip
     """Show a run in the browser: the graph, the tree, the snake, the root, the faults; live or replayed.
 
     RUN_DIR replays a recorded run directory (`snekbed sim --record`, `snekbed chaos`, `runs/<id>/`);
@@ -51,6 +58,8 @@ def view(run_dir: Path | None, live: bool, run_id: str | None, runs_dir: Path | 
                                  param_hint="--interval-s")
     if live and run_dir is not None:
         raise click.UsageError("--live follows a run by --run-id; RUN_DIR is for replay")
+    if live and at != "start":
+        raise click.UsageError("--at is for replay (a live page shows now)")
     try:
         if run_dir is not None:
             path = run_dir
@@ -59,13 +68,16 @@ def view(run_dir: Path | None, live: bool, run_id: str | None, runs_dir: Path | 
             path = run.path
             if live:
                 follow_live(run, where, _announce, interval_s)
+                _stopped()
                 return
         timeline = Timeline.from_run(path)
+        start = open_time(timeline, at)
     except (RunError, TimelineError, DockerBackendError) as exc:
         raise BadInput(str(exc)) from None
     except OSError as exc:
         raise BadInput(f"--listen {listen}: {exc}") from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C while the run was loading
+        _stopped()
         return
     if timeline.skipped_count:
         click.echo(f"warning: {timeline.skipped_count} bad lines skipped; first: {timeline.skipped[0]}", err=True)
@@ -73,8 +85,9 @@ def view(run_dir: Path | None, live: bool, run_id: str | None, runs_dir: Path | 
         click.echo(json.dumps(check_summary(timeline)))
         return
     try:
-        replay(timeline, where, _announce)
+        replay(timeline, where, _announce, start)
     except KeyboardInterrupt:
         pass
     except OSError as exc:
         raise BadInput(f"--listen {listen}: {exc}") from None
+    _stopped()

@@ -59,10 +59,11 @@ def _time(request: Request, default: float) -> float | JSONResponse:
     return t
 
 
-def build_app(timeline: Timeline) -> Starlette:
-    """Replay of a recorded run."""
+def build_app(timeline: Timeline, *, open_at: float | None = None) -> Starlette:
+    """Replay of a recorded run; the page opens at ``open_at`` (default: the run's start)."""
+    start = timeline.t_start if open_at is None else min(max(open_at, timeline.t_start), timeline.t_end)
     graph = graph_doc(timeline.graph, mode="replay", run_id=timeline.run_id,
-                      extra={"t_start": timeline.t_start, "t_end": timeline.t_end})
+                      extra={"t_start": timeline.t_start, "t_end": timeline.t_end, "open_at": start})
     summary = timeline.summary()
 
     async def page(_: Request) -> Response:

@@ -1,9 +1,17 @@
 """Serving the view: a recorded run replayed, or a running Docker run followed live, on ``HOST:PORT`` until
-interrupted; and the summary ``snekbed view --check`` prints (what the page would show at the run's end)."""
+Ctrl-C; where a replay opens (``--at``); and the summary ``snekbed view --check`` prints (what the page would
+show at the run's end).
+
+Ctrl-C (SIGINT) is the way to stop the page, so it is not an error: the serving loop receives the signal itself
+(``trio.open_signal_receiver``), cancels the server and the live poller, and :func:`replay` / :func:`follow_live`
+return normally. A SIGINT that lands outside that loop (while a run directory is still loading) raises a plain
+``KeyboardInterrupt``, never one wrapped in an exception group.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import docker.errors
@@ -20,24 +28,69 @@ from orchestrator.model.topology import TopologyError
 from orchestrator.tools.view.app import POLL_S, LiveHub, build_app, build_live_app
 from orchestrator.tools.view.frames import GraphInfo
 from orchestrator.tools.view.live import DockerLive
-from orchestrator.tools.view.timeline import Timeline
+from orchestrator.tools.view.timeline import Timeline, TimelineError
 
-__all__ = ["DEFAULT_LISTEN", "serve_replay", "serve_live", "docker_live", "replay", "follow_live", "check_summary"]
+__all__ = ["DEFAULT_LISTEN", "serve_replay", "serve_live", "docker_live", "replay", "follow_live", "check_summary",
+           "open_time", "AT_CHOICES"]
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
 Announce = Callable[[str], None]  # told the page's URL once it is served
+FAULT_LEAD_S = 0.001  # --at first-fault opens this long before the fault: its tick under the cursor, its effect next
+
+
+AT_CHOICES = ("start", "first-fault")  # or seconds from the run's start
 
 
 async def _serve(app: object, where: HostPort, announce: Announce, hub: LiveHub | None = None) -> None:
-    async with trio.open_nursery() as nursery:
-        if hub is not None:
-            await nursery.start(hub.run)
-        bound = await nursery.start(serve_app, app, where, trio.sleep_forever)
-        announce(f"http://{bound}/")
+    """Serve until SIGINT, then stop everything and return."""
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            if hub is not None:
+                await nursery.start(hub.run)
+            bound = await nursery.start(serve_app, app, where, trio.sleep_forever)
+            announce(f"http://{bound}/")
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()
 
 
-async def serve_replay(timeline: Timeline, where: HostPort, announce: Announce) -> None:
-    await _serve(build_app(timeline), where, announce)
+def _run(main: Callable[..., Awaitable[None]], *args: object) -> None:
+    """``trio.run``, with a KeyboardInterrupt or OSError that a nursery wrapped in an exception group unwrapped."""
+    try:
+        trio.run(main, *args)
+    except BaseExceptionGroup as group:
+        for kind in (KeyboardInterrupt, OSError):
+            match, rest = group.split(kind)
+            if match is not None and rest is None:
+                first = match.exceptions[0]
+                while isinstance(first, BaseExceptionGroup):
+                    first = first.exceptions[0]
+                raise first from None
+        raise
+
+
+def open_time(timeline: Timeline, at: str) -> float:
+    """Where the replay opens: ``start`` (the run's first instant), ``first-fault`` (just before the first fault),
+    or seconds from the run's start. Raises TimelineError naming ``--at`` for anything else."""
+    span = timeline.t_end - timeline.t_start
+    if at == "start":
+        return timeline.t_start
+    if at == "first-fault":
+        if not timeline.faults:
+            raise TimelineError(f"--at first-fault: run {timeline.run_id} has no fault (its actions.jsonl has no "
+                                "kill, pause, partition, link change, join or adversary)")
+        return max(timeline.t_start, timeline.faults[0].t - FAULT_LEAD_S)
+    try:
+        seconds = float(at)
+    except ValueError:
+        raise TimelineError(f"--at {at!r}: expected start, first-fault or seconds from the run's start") from None
+    if not 0.0 <= seconds <= span:
+        raise TimelineError(f"--at {at}: the run lasts {span:.3f} s (give 0 to {span:.3f})")
+    return timeline.t_start + seconds
+
+
+async def serve_replay(timeline: Timeline, where: HostPort, announce: Announce, at: float | None = None) -> None:
+    await _serve(build_app(timeline, open_at=at), where, announce)
 
 
 async def serve_live(live: DockerLive, where: HostPort, announce: Announce, interval_s: float = POLL_S) -> None:
@@ -62,20 +115,22 @@ def docker_live(run: RunDir) -> DockerLive:
     return DockerLive(run, session.backend, session.endpoints, graph)
 
 
-def replay(timeline: Timeline, where: HostPort, announce: Announce) -> None:
-    """Serve the replay page of ``timeline`` until interrupted. Raises OSError (the address), KeyboardInterrupt."""
-    trio.run(serve_replay, timeline, where, announce)
+def replay(timeline: Timeline, where: HostPort, announce: Announce, at: float | None = None) -> None:
+    """Serve the replay page of ``timeline``, opening at ``at`` (default: its start), until Ctrl-C.
+
+    Raises OSError (the address)."""
+    _run(serve_replay, timeline, where, announce, at)
 
 
 def follow_live(run: RunDir, where: HostPort, announce: Announce, interval_s: float = POLL_S) -> None:
-    """Serve the live page of the Docker run ``run``, polling its nodes every ``interval_s``, until interrupted.
+    """Serve the live page of the Docker run ``run``, polling its nodes every ``interval_s``, until Ctrl-C.
 
-    Raises RunError (not a Docker run, no addresses), EngineUnreachable, OSError (the address), KeyboardInterrupt.
+    Raises RunError (not a Docker run, no addresses), EngineUnreachable, OSError (the address).
     """
     try:
         source = docker_live(run)
         try:
-            trio.run(serve_live, source, where, announce, interval_s)
+            _run(serve_live, source, where, announce, interval_s)
         finally:
             source.close()
     except docker.errors.DockerException as exc:
