@@ -182,7 +182,7 @@ func (n *Node) peersRoute(w http.ResponseWriter, r *http.Request) {
 	case path == "/peers/redial" && r.Method == http.MethodPost:
 		writeJSON(w, 200, map[string]int{"woken": n.redialNow()})
 	case path == "/peers/shape" && r.Method == http.MethodPost:
-		writeError(w, 501, "the reference node has no userspace shaper: shape its links outside the node")
+		n.shapeRoute(w, r)
 	case strings.HasPrefix(path, "/peers/") && r.Method == http.MethodDelete:
 		raw := strings.TrimPrefix(path, "/peers/")
 		port, err := strconv.Atoi(raw)
@@ -276,4 +276,63 @@ func (n *Node) adversaryRoute(w http.ResponseWriter, r *http.Request) {
 	dropped := n.adversary.dropped
 	n.adversary.mu.Unlock()
 	writeJSON(w, 200, map[string]interface{}{"dropped": dropped, "active": n.adversary.active()})
+}
+
+// shapeFields are the fields of a link shape (contract/links.py LinkShape) that POST /peers/shape may name.
+var shapeFields = []string{"delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "duplicate_pct", "corrupt_pct",
+	"reorder_pct", "queue_limit_pkts"}
+
+// shapeRoute: POST /peers/shape. There is no userspace shaper here, so the only shape it can take is none: a
+// body whose shaping names every field as null or 0 (what the orchestrator sends a kernel-shaped link end) answers
+// {"ports", "shapes"} as snekbed's does; anything else that validates is 501.
+func (n *Node) shapeRoute(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Peer    *string             `json:"peer"`
+		Class   *string             `json:"class"`
+		Shaping map[string]*float64 `json:"shaping"`
+	}
+	if !body(w, r, &req) {
+		return
+	}
+	if req.Peer == nil {
+		writeError(w, 422, "peer: field required")
+		return
+	}
+	key, ok := parseKey(*req.Peer)
+	if !ok {
+		writeError(w, 422, "peer: expected 64 hex characters (an ed25519 public key)")
+		return
+	}
+	none := true
+	for name, v := range req.Shaping {
+		known := false
+		for _, f := range shapeFields {
+			known = known || f == name
+		}
+		if !known {
+			writeError(w, 422, "shaping: unknown field %q (known: %s)", name, strings.Join(shapeFields, ", "))
+			return
+		}
+		none = none && (v == nil || *v == 0)
+	}
+	if !none || len(req.Shaping) < len(shapeFields) {
+		writeError(w, 501, "the reference node has no userspace shaper: shape its links outside the node (only a "+
+			"shaping that names every field as null or 0 is accepted)")
+		return
+	}
+	ports := []int{}
+	for _, p := range n.r.Peers() {
+		if p.Port != 0 && p.PublicKey == key.String() {
+			ports = append(ports, p.Port)
+		}
+	}
+	if len(ports) == 0 {
+		writeError(w, 404, "peer %s...: not connected", key.String()[:16])
+		return
+	}
+	shapes := map[string]map[string]float64{}
+	for _, p := range ports {
+		shapes[strconv.Itoa(p)] = map[string]float64{}
+	}
+	writeJSON(w, 200, map[string]interface{}{"ports": ports, "shapes": shapes})
 }

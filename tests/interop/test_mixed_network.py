@@ -196,6 +196,12 @@ def test_dropped_peer_is_redialled(line: Line) -> None:
     holds(lambda: all(p["key"] != s1.key.hex() for p in r2.get("/peers")), WORKER_S + 1, what="s1 stays dropped")
     added = r2.post("/peers", {"uri": s1.uri(), "timeout_s": 10})
     assert added.status_code == 201 and added.json()["key"] == s1.key.hex(), added.text
+    # no userspace shaper, so the one shape it takes for a peering is none (every field null: docs/interop.md)
+    none = dict.fromkeys(("delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "duplicate_pct", "corrupt_pct",
+                          "reorder_pct", "queue_limit_pkts"))  # fmt: skip
+    shaped = r2.post("/peers/shape", {"peer": s1.key.hex(), "class": "lan", "shaping": none})
+    assert shaped.status_code == 200 and shaped.json() == {"ports": [added.json()["port"]],
+                                                           "shapes": {str(added.json()["port"]): {}}}, shaped.text
     wait_until(lambda: not line.wrong(), CONVERGE_S, interval_s=0.5, what="the line converged again")
 
 

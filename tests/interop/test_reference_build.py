@@ -123,7 +123,12 @@ def test_admin_api_alone(reference_binary: Path, tmp_path: Path) -> None:
         assert n.delete("/peers/9").status_code == 404
         assert n.delete("/peers/0").status_code == 400
         assert n.post("/peers", {"uri": "tcp://127.0.0.1:1?class=wifi"}).status_code == 400
-        assert n.post("/peers/shape", {"peer": n.key.hex()}).status_code == 501
+        assert n.post("/peers/shape", {"peer": n.key.hex()}).status_code == 501  # no shaper: a shape is refused
+        none = dict.fromkeys(("delay_ms", "jitter_ms", "loss_pct", "rate_mbit", "duplicate_pct", "corrupt_pct",
+                              "reorder_pct", "queue_limit_pkts"))  # fmt: skip
+        assert n.post("/peers/shape", {"peer": n.key.hex(), "shaping": {**none, "rate_mbit": 2}}).status_code == 501
+        assert n.post("/peers/shape", {"peer": n.key.hex(), "shaping": {"warp_ms": None}}).status_code == 422
+        assert n.post("/peers/shape", {"peer": n.key.hex(), "shaping": none}).status_code == 404  # not a peer
         # a ping to itself goes through the router and back
         assert n.ping(n.key)["received"] == 1
         with socket.socket() as s:  # a port nobody listens on
