@@ -48,6 +48,7 @@ from .crypto import Identity
 from .forward import Forwarding
 from .host import RouterHost
 from .ping import PingService
+from .planted import MISROUTE_AFTER_PEER_LOSS, send_back
 from .reasons import DISCONNECT_REASONS, count_drop
 from .snek import NextHop
 from .snek_api import SnekFactory, SnekStrategy
@@ -116,6 +117,10 @@ class Router:
             variant, factory = None, snek
         defaults = {k: (variant.default(k) if variant else knob.default) for k, knob in KNOBS.items()}
         self.knobs: dict[str, Any] = defaults | dict(knobs or {})
+        #: TEST ONLY (node.core.planted, knob planted_bug): the bug planted in this router, "" when none, and
+        #: whether it misroutes now (from the first peer lost on); both off unless a test plants one
+        self.planted_bug: str = str(self.knobs.get("planted_bug") or "")
+        self.misrouting = False
         #: the variant's registry name ("custom" for a factory given directly)
         self.variant = variant.name if variant is not None else "custom"
         # ---------------------------------------------------------------- the parts
@@ -177,6 +182,8 @@ class Router:
             return
         self.forwarding.routing_changed()
         peer.up = False
+        if self.planted_bug == MISROUTE_AFTER_PEER_LOSS:  # TEST ONLY: node.core.planted
+            self.misrouting = True
         self.tree.peer_down(port)
         self.snek.peers_changed()
         out = self.out
@@ -215,7 +222,8 @@ class Router:
 
         Transit Traffic takes the forwarding part's fast path (:meth:`Forwarding.forward_transit
         <node.core.forward.Forwarding.forward_transit>`) while the peer is up and neither an adversary nor hop
-        limiting is in the way; every other frame is decoded and takes :meth:`frame_received`.
+        limiting (nor a planted bug that misroutes: test only) is in the way; every other frame is decoded and
+        takes :meth:`frame_received`.
 
         Raises MalformedFrame for a frame that does not decode (the frames before it took effect): the
         caller drops the peer (§3.7).
@@ -223,7 +231,7 @@ class Router:
         fwd = self.forwarding
         fwd.expire_transit(now)
         peer = self.peers.get(port)
-        fast = peer is not None and not self.hop_limiting and self.adversary is None
+        fast = peer is not None and not self.hop_limiting and self.adversary is None and not self.misrouting
         decode = wire.decode_frame
         i, n = 0, len(frames)
         while i < n:
@@ -246,7 +254,12 @@ class Router:
             self.out.dropped.append((port, frame, "adversary"))
             return
         if t == _TRAFFIC:
-            self.forwarding.forward(frame, port, now, self.tree, self.snek)
+            if self.misrouting:  # TEST ONLY: the planted bug (node.core.planted) sends transit frames back
+                n = len(self.out.sends)
+                self.forwarding.forward(frame, port, now, self.tree, self.snek)
+                send_back(self.out.sends, n, port, self.key)
+            else:
+                self.forwarding.forward(frame, port, now, self.tree, self.snek)
         else:
             self.forwarding.routing_changed()  # every input but Traffic may move routing state
             if t in self._snek_types:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .codec import CAPABILITIES
+from .planted import parse_planted_bug
 from .snek import EXPIRY_S
 from .snek_api import SnekFactory
 from .snek_legacy import LEGACY_EXPIRY_S, SnekLegacy
@@ -104,6 +105,8 @@ KNOBS: dict[str, Knob] = {
              "lifetime of a routing-table entry and of the descending entry without a refresh (§6.7; legacy: 3600)"),
         Knob("hop_limiting", False, _bool, "bool", "decrement traffic hop limits and drop at zero (§4.9)"),
         Knob("wakeup_broadcasts", True, _bool, "bool", "send wakeup broadcasts (§6.8)"),
+        Knob("planted_bug", "", parse_planted_bug, "name",
+             "TEST ONLY: a routing bug planted on purpose (node.core.planted; docs/chaos.md); '' is none"),
     )
 }  # fmt: skip
 
@@ -127,7 +130,7 @@ register(Variant("legacy", SnekLegacy, 0x8000003B, "002/003",
 register(Variant("pinecone", SnekReference, CAPABILITIES, "the reference's own code",
                  "the Pinecone reference implementation itself (node/pinecone on github.com/matrix-org/pinecone, "
                  "docs/interop.md), as a node of its own: Docker and swarm backends only",
-                 implementation="reference", fixed=("root_filter", "bootstrap_interval", "entry_expiry"),
+                 implementation="reference", fixed=("root_filter", "bootstrap_interval", "entry_expiry", "planted_bug"),
                  protocol="snek"))  # fmt: skip
 
 
@@ -277,6 +280,8 @@ def _knob_values(knobs: Mapping[str, Any] | Iterable[str]) -> dict[str, Any]:
 
 
 def _text(v: Any) -> str:
+    if v == "":
+        return "''"
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, float):
