@@ -7,8 +7,11 @@ their times): it tries halves, then complements, then finer pieces, and keeps an
 that invariant. Every candidate is first closed under what its commands need (orchestrator.chaos.sequence.needs:
 an AddPeer needs both nodes' AddNode, an adversary configuration its node's), so no candidate fails merely for a
 command that cannot run. Runs are cached by the set of commands: ``reruns`` counts the runs made, the original's
-not included. The result is 1-minimal when the rerun budget allows it: removing any single command (with what
-needs it) makes the failure go away.
+not included. A candidate whose commands are all in one that passed is taken to pass without a run (``guessed``:
+ddmin's own assumption, that fewer commands bring no new failure); since a sequence can break that (a command
+that hid the failure), the result is then checked with runs alone: every candidate one command (with what needs
+it) smaller is run, and ddmin goes on from any that fails. So the result is 1-minimal when the rerun budget allows
+it: removing any single command (with what needs it) makes the failure go away, each of those runs made.
 
 The shrunk sequence is written in the same format (sequence.sequence_text: the kept events in order, consecutive
 Delays merged, the top-level keys, the ``snekbed`` extension included, as they were).
@@ -51,11 +54,12 @@ class ShrinkResult:
     reruns: int
     budget_spent: bool = False
     events: list[int] = field(default_factory=list)
+    guessed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"invariant": self.invariant, "commands_before": self.commands_before,
                 "commands_after": len(self.kept), "kept_events": self.events, "reruns": self.reruns,
-                "one_minimal": not self.budget_spent}  # fmt: skip
+                "guessed": self.guessed, "one_minimal": not self.budget_spent}  # fmt: skip
 
 
 class _Runner:
@@ -68,7 +72,9 @@ class _Runner:
         self.delays = [i for i, ev in enumerate(events) if ev.get("Command") == "Delay"]
         self.needs = needs(events)
         self.cache: dict[frozenset[int], bool] = {}
+        self.passed: list[frozenset[int]] = []  # candidates whose run did not fail that way
         self.reruns = 0
+        self.guessed: set[frozenset[int]] = set()  # candidates decided without a run: each inside one that passed
 
     def close(self, subset: Sequence[int]) -> list[int]:
         out, todo = set(subset), list(subset)
@@ -82,13 +88,24 @@ class _Runner:
     def text(self, subset: Sequence[int]) -> str:
         return sequence_text(self.doc, sorted([*subset, *self.delays]))
 
-    def fails(self, subset: Sequence[int]) -> bool:
+    def fails(self, subset: Sequence[int], guess: bool = True) -> bool:
+        """Whether ``subset``'s run fails the invariant. With ``guess``, a subset of a candidate that passed is taken
+        to pass without a run (ddmin's monotony: fewer commands, no new failure); without, it is run."""
         key = frozenset(subset)
+        if not guess and key in self.guessed:
+            self.guessed.discard(key)
+            del self.cache[key]
         if key not in self.cache:
+            if guess and any(key <= p for p in self.passed):
+                self.guessed.add(key)
+                self.cache[key] = False
+                return False
             if self.reruns >= self.max_runs:
                 return False  # out of budget: treated as passing, so the result stays a failing one
             self.reruns += 1
             self.cache[key] = _fails(self.run(self.text(subset)), self.invariant)
+            if not self.cache[key]:
+                self.passed.append(key)
         return self.cache[key]
 
 
@@ -115,6 +132,16 @@ def _ddmin(r: _Runner, items: list[int]) -> list[int]:
     return items
 
 
+def _one_less(r: _Runner, items: list[int]) -> list[int] | None:
+    """A candidate one command (and what needs it) smaller than ``items`` that fails when run, or None: ``items``
+    is then 1-minimal, every such candidate run (not guessed)."""
+    for x in items:
+        cand = r.close([y for y in items if y != x])
+        if len(cand) < len(items) and r.fails(cand, guess=False):
+            return cand
+    return None
+
+
 def shrink(text: str, run: RunText, *, original: dict[str, Any] | None = None, max_runs: int = 200,
            file: str | None = None) -> ShrinkResult | None:  # fmt: skip
     """The smallest sequence ddmin finds that fails like ``text`` does (module docstring); None when ``text``'s
@@ -127,5 +154,7 @@ def shrink(text: str, run: RunText, *, original: dict[str, Any] | None = None, m
     r = _Runner(doc, run, invariant, max_runs)
     r.cache[frozenset(r.commands)] = True
     kept = _ddmin(r, r.close(r.commands))
+    while (smaller := _one_less(r, kept)) is not None:  # a guess was wrong (removing a command made it fail)
+        kept = _ddmin(r, smaller)
     return ShrinkResult(invariant, r.text(kept), kept, len(r.commands), r.reruns, r.reruns >= max_runs,
-                        sorted([*kept, *r.delays]))  # fmt: skip
+                        sorted([*kept, *r.delays]), len(r.guessed))  # fmt: skip
