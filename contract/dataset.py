@@ -160,7 +160,7 @@ _CHECK_ORDER: dict[str, tuple[Field, ...]] = {
 ACTIONS = (
     "up", "converged", "kill", "kill_root", "restart", "partition", "heal",
     "link_down", "link_up", "link_change", "ping", "down",
-    "pause", "resume", "join", "adversary", "step",
+    "pause", "resume", "join", "adversary", "step", "mobility",
 )
 DISRUPTIVE_ACTIONS = (
     "kill", "kill_root", "partition", "heal", "link_down", "link_up", "link_change",
