@@ -24,8 +24,8 @@ from node.core.variants import VariantSpec
 from orchestrator.chaos.backend import ChaosBackend
 from orchestrator.chaos.confirm import Confirmer
 from orchestrator.chaos.scenario import (
-    Adversary, AnyStep, Check, Churn, Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Note, Partition, Pause,
-    RemoveNode, Restart, Resume, Scenario, Traffic, Wait, _LinkStep, _NodeStep,
+    Adversary, AnyStep, Check, Churn, Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Mobility, Note, Partition,
+    Pause, RemoveNode, Restart, Resume, Scenario, Traffic, Wait, _LinkStep, _NodeStep,
 )  # fmt: skip
 from orchestrator.chaos.targets import (
     TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes, sample_pairs,
@@ -97,6 +97,8 @@ class StepApplier:
                 return [], None
             case Check() | Note():
                 return [], None
+            case Mobility():
+                return await self._mobility(step)
             case _:
                 assert_never(step)
 
@@ -280,6 +282,16 @@ class StepApplier:
                 await self.confirm.restored([(x, y)], "flap: up")
             await b.sleep(step.period_s / 2)
         return [[x, y]], f"{step.count} flap(s) of {step.period_s:g} s"
+
+    async def _mobility(self, step: Mobility) -> Applied:
+        detail = await self.backend.mobility(step)
+        if detail is None:
+            raise TargetError("the run's nodes do not move (its topology declares no radios; docs/mobility.md)")
+        targets: list[Target] = [*step.nodes] + ([f"group:{step.group}"] if step.group is not None else [])
+        self.act("mobility", None, {k: v for k, v in step.model_dump(mode="json", exclude_none=True,
+                                                                     exclude_defaults=True).items()
+                                    if k in ("movement", "for_s", "nodes", "group", "speed_mps", "model", "position")})
+        return targets, detail
 
     # ------------------------------------------------------------------ traffic
 

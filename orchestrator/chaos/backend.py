@@ -1,7 +1,8 @@
-"""What the chaos runner drives, as five small protocols every backend (in process, Docker, swarm) implements:
+"""What the chaos runner drives, as six small protocols every backend (in process, Docker, swarm) implements:
 :class:`Lifecycle` (the run's life and clock), :class:`Observation` (live graph, state, pings, convergence),
-:class:`BackgroundTraffic` (the background pings), :class:`NodeFaults` and :class:`LinkFaults`;
-:class:`ChaosBackend` is all five. A step handler (orchestrator.chaos.apply) asks only for what it uses.
+:class:`BackgroundTraffic` (the background pings), :class:`NodeFaults`, :class:`LinkFaults` and :class:`Movement`
+(nodes that move: its defaults are those of a backend whose nodes stand still); :class:`ChaosBackend` is all six.
+A step handler (orchestrator.chaos.apply) asks only for what it uses.
 
 Every duration is in the backend's own seconds: protocol
 time for the in-process backend (virtual or real clock), wall time for Docker.
@@ -26,7 +27,7 @@ from node.core.variants import VariantSpec
 from orchestrator.chaos.checker import NodeState, PingOutcome
 
 __all__ = ["BackgroundTraffic", "ChaosBackend", "Converged", "DeferredRemoval", "FlightDump", "Lifecycle", "LinkFaults",
-           "NodeFaults", "Observation", "PLANTS", "PLANT_ENV", "TrafficSample", "planted_defect"]
+           "Movement", "NodeFaults", "Observation", "PLANTS", "PLANT_ENV", "TrafficSample", "planted_defect"]
 
 #: TEST ONLY: the environment variable that plants a defect in a backend (never set by default; tests set it to
 #: show that a fault that did not happen comes out ``invalid`` and a stall ``stuck``)
@@ -290,8 +291,26 @@ class LinkFaults(Protocol):
         ...
 
 
-class ChaosBackend(Lifecycle, Observation, BackgroundTraffic, NodeFaults, LinkFaults, Protocol):
-    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all five.
+class Movement(Protocol):
+    """Nodes that move (a topology with radios, docs/mobility.md): the ``mobility`` step, and what the checker needs
+    to judge a graph that changes as they move. The defaults are a backend's whose nodes stand still."""
+
+    #: whether the run's nodes move (its topology has radios)
+    moves: bool = False
+
+    async def mobility(self, step: Any) -> str | None:
+        """Apply a ``mobility`` step (orchestrator.chaos.steps.Mobility); the detail for its record, None when the
+        run's nodes do not move."""
+        return None
+
+    def moved_since(self, since: float) -> set[str]:
+        """The live nodes whose component of the live graph gained or lost a link because nodes moved after
+        backend time ``since`` (not because of a fault): the ones the checker cannot expect to have re-converged."""
+        return set()
+
+
+class ChaosBackend(Lifecycle, Observation, BackgroundTraffic, NodeFaults, LinkFaults, Movement, Protocol):
+    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all six.
     ``measures_faults``: it implements the confirmations' observation methods (a backend that does not gets every
     fault recorded as not measured, ``ok`` None, never as confirmed)."""
 

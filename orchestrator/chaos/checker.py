@@ -63,6 +63,9 @@ class Reconvergence:
     snake_s: float | None
     bound_s: float
     horizon_s: float | None = None
+    #: links came or went because nodes moved after the fault (docs/mobility.md): a re-convergence that is not
+    #: within the bound is then not judged (the movement, not the fault, may have kept the network changing)
+    moved: bool = False
 
     @property
     def took_s(self) -> float | None:
@@ -242,6 +245,9 @@ def _reconverged(r: Reconvergence | None) -> Invariant:
         return Invariant("reconverged_within_bound", True, detail="no fault to re-converge from", evaluated=False)
     pace = r.pace
     detail = f"tree {_secs(r.tree_s)}, snake {_secs(r.snake_s)}, bound {r.bound_s:.1f} s"
+    if r.moved and pace != "within":
+        return Invariant("reconverged_within_bound", False, evaluated=False,
+                         detail=f"not judged: radio links came and went as nodes moved after the fault ({pace}: {detail})")
     if pace == "slow":
         detail = f"slow: re-converged {r.took_s:.2f} s after the fault, after its bound; " + detail
     elif pace == "stuck" and r.horizon_s is not None:

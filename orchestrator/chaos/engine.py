@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio.testing
 
+from contract.links import resolve_class
 from node.config import HostPort
 from node.core.variants import VariantSpec
 from node.httpserve import serve_app
@@ -30,10 +31,13 @@ from node.httpserve import serve_app
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, SimNode
 from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
 from orchestrator.chaos.inproc_backend import InprocChaos
+from orchestrator.chaos.inproc_mobile import MobileInprocChaos
 from orchestrator.chaos.runner import Progress, run_scenario
 from orchestrator.chaos.trace import TraceHash
 from orchestrator.chaos.scenario import Kill, Pause, RemoveNode, Restart, Resume, Scenario, ScenarioError, load_scenario
 from orchestrator.model.hosting import REAL_TIME_BACKENDS, in_process_refusal, mobility_refusal, reference_nodes
+from orchestrator.model.mobility_loaders import read_traces
+from orchestrator.model.mobility_spec import build_world
 from orchestrator.model.runs import create_run, new_run_id, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -129,7 +133,8 @@ def make_backend(sc: Scenario, topology: Topology | None, options: ChaosOptions)
     factory = BACKENDS.get(options.backend)
     if factory is None:
         raise ChaosSetupError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
-    if topology is not None and (moving := mobility_refusal(topology.radios, "snekbed chaos")) is not None:
+    if topology is not None and options.backend != "inproc" and (
+            moving := mobility_refusal(topology.radios, f"snekbed chaos --backend {options.backend}")) is not None:
         raise ChaosSetupError(f"scenario {sc.name}: {moving}")
     require_hostable(sc, topology, options)
     return factory(sc, topology, options)
@@ -216,15 +221,24 @@ def full_topology(topology: Topology | None, scenario: Scenario) -> Topology:
 
 @register_backend("inproc")
 def _inproc(sc: Scenario, topology: Topology | None, o: ChaosOptions) -> PreparedRun:
-    backend = InprocChaos(topology, seed=o.seed, record=o.record, declared=sc.declared(), scenario_name=sc.name,
-                          variant=o.variant, ab=o.ab, boot_spread_s=o.boot_spread_s)  # fmt: skip
+    kw: dict[str, Any] = dict(seed=o.seed, record=o.record, declared=sc.declared(), scenario_name=sc.name,
+                              variant=o.variant, ab=o.ab, boot_spread_s=o.boot_spread_s)  # fmt: skip
+    report: dict[str, Any] = {"boot_spread_s": o.boot_spread_s}
+    world = build_world(topology, o.seed, read_traces(topology)) if topology is not None else None
+    if topology is not None and world is not None:  # nodes that move (docs/mobility.md)
+        classes = {r.name: resolve_class(r.link_class, topology.classes or None) for r in world.radios}
+        backend: InprocChaos = MobileInprocChaos(topology, world=world, radio_classes=classes, **kw)
+        backend.report.update(report)
+        report = backend.report  # the backend adds ``mobility`` when the run stops
+    else:
+        backend = InprocChaos(topology, **kw)
     run_id = o.record.name if o.record is not None else sc.name
     trace = _traced(backend)
     return PreparedRun(
         backend, run_id, str(o.record) if o.record is not None else None,
         clock=trio.testing.MockClock(autojump_threshold=0) if o.clock == "virtual" else None,
         metrics=RunMetrics(run_id) if o.metrics_at is not None else None,
-        report={"boot_spread_s": o.boot_spread_s},  # no wall-clock figure: the document is a function of inputs and seed
+        report=report,  # no wall-clock figure: the document is a function of inputs and seed
         live=lambda: _inproc_live(backend, sc, topology, run_id),
         trace=trace,
     )  # fmt: skip

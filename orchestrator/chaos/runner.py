@@ -39,6 +39,7 @@ from orchestrator.chaos.checker import (
 from orchestrator.chaos.apply import StepApplier
 from orchestrator.chaos.confirm import Confirmer
 from orchestrator.chaos.flight import write_dumps
+from orchestrator.chaos.moving import MovingWatch, judge_pings, not_judged, settled
 from orchestrator.chaos.scenario import AnyStep, Check, Scenario, Wait
 from orchestrator.chaos.targets import TargetError, sample_pairs
 from orchestrator.chaos.window import wait_and_settle
@@ -106,6 +107,10 @@ class ChaosRun:
             nursery.start_soon(self._watch, self.metrics)
         if sc.traffic is not None:
             self._traffic_on(sc.traffic.rate_per_s, sc.traffic.pairs)
+        self._over = False
+        watch = MovingWatch(sc.watch_s, TRANSIENT_S) if b.moves and sc.watch_s > 0 else None
+        if watch is not None:
+            b.beside(lambda: self._watch_moving(watch), sc.watch_s, math.inf)
         bounds: list[float] = []
         carry = 0.0  # a deadline check's time (window.py): the next step's after_s counted from the fault
         for i, step in enumerate(sc.steps):
@@ -124,9 +129,10 @@ class ChaosRun:
         b.traffic(False, 0, [], (), 1.0)
         if sc.traffic is not None:
             await b.sleep(sc.traffic.timeout_s + 0.5)  # the last background pings answer or time out
+        self._over = True
         samples = b.traffic_samples()
         traffic = self._traffic_summary(samples)
-        verdict = run_verdict(s["verdict"] for s in self.steps)
+        verdict = run_verdict([s["verdict"] for s in self.steps] + ([watch.verdict] if watch is not None else []))
         failed = [s["index"] for s in self.steps if s["verdict"] != "pass"]
         out = {
             "scenario": sc.name,
@@ -142,12 +148,17 @@ class ChaosRun:
         for key, which in (("invalid_steps", "invalid"), ("slow_steps", "slow"), ("stuck_steps", "stuck")):
             out[key] = [s["index"] for s in self.steps
                         if s["verdict"] == which or s.get("reconvergence", {}).get("pace") == which]  # fmt: skip
+        if watch is not None:
+            out["watch"] = watch.to_dict()
         return out
 
     def _traffic_on(self, rate: float, n_pairs: int) -> None:
         sc = self.scenario
         assert sc.traffic is not None
-        pairs = sample_pairs(self.backend.live_graph(), n_pairs, self.rng)
+        graph = self.backend.live_graph()
+        if self.backend.moves:  # any two nodes may meet: pairs drawn among all of them, not today's components
+            graph = nx.complete_graph(sorted(graph.nodes))
+        pairs = sample_pairs(graph, n_pairs, self.rng)
         self.backend.traffic(rate > 0, rate, pairs, sc.traffic.modes, sc.traffic.timeout_s)
         self._traffic_pairs = n_pairs
 
@@ -234,32 +245,36 @@ class ChaosRun:
             not isinstance(step, Check) or step.reconvergence)  # watched past the bound: slow against stuck
         horizon = round(HORIZON_BOUNDS * bound, 1) if late else bound
         conv, window = await wait_and_settle(b, step, horizon, settle, fault_end, len(modes))
-        graph = b.live_graph()
-        states = await b.states()
+        graph, states, moving, live = await self._reading(bound)
         t_read = b.now()
         pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)
         timeout = window.ping_timeout_s(5.0, len(modes))
         pings = await b.ping(pairs, modes, timeout) if timeout is not None else []
+        pings, unjudged = judge_pings(pings, b.moved_since(t_read))
         reconv = None
         if not isinstance(step, Check) or step.reconvergence:
-            reconv = Reconvergence(conv.tree_s, conv.snake_s, bound, horizon if late else None)
+            reconv = Reconvergence(conv.tree_s, conv.snake_s, bound, horizon if late else None,
+                                   moved=bool(b.moved_since(fault_end)))  # fmt: skip
             if late and reconv.pace != "within":
                 rec["reconvergence"] = reconv.to_dict()
         inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
                        expect=step.expect)  # fmt: skip
+        if b.moves:
+            not_judged(inv, len(moving), live, bound, unjudged)
+            rec["settled_nodes"] = len(states)
         transient = [n for n in TRANSIENT_INVARIANTS if not inv[n].ok and inv[n].expected]
         others_ok = all(v.ok for k, v in inv.items() if k not in TRANSIENT_INVARIANTS)
         if transient and others_ok and not window.cut_short:
             inv = await self._recheck(step, inv, transient, (graph, states, t_read), pings, errors_before,
                                     reconv)  # fmt: skip
             rec["transient"] = [n for n in transient if inv[n].ok]
-            graph, states = b.live_graph(), await b.states()
+            graph, states, _, _ = await self._reading(bound)
         inv = window.judge(inv, step.expect)
         if window.within_s is not None:
             rec["check_window"], rec["_check_s"] = window.to_dict(), b.now() - fault_end
         rec["invariants"] = {k: v.to_dict() for k, v in inv.items()}
         rec["verdict"] = verdict_of(inv)
-        rec["live_nodes"] = len(states)
+        rec["live_nodes"] = live if b.moves else len(states)  # moving: the settled ones are settled_nodes
         rec["components"] = nx.number_connected_components(graph.subgraph(states)) if states else 0
         return conv
 
@@ -283,20 +298,40 @@ class ChaosRun:
         watch = TransientWatch.start(t_read, TRANSIENT_S, graph, states, pings)
         while not watch.settled and watch.open(b.now() + RECHECK_POLL_S):
             await b.sleep(RECHECK_POLL_S)
-            graph, states = b.live_graph(), await b.states()
+            graph, states, _, _ = await self._reading(reconv.bound_s if reconv is not None else TRANSIENT_S)
             watch.read(b.now(), graph, states)
             if watch.pairs and not watch.nodes:  # the nodes are back in order: do the lost pairs answer now?
                 sent = b.now()
                 watch.pinged(sent, await b.ping(watch.lost_pairs(), watch.lost_modes(), 5.0))
         # the other invariants as they are now; the transient ones as the watch judged them, or, when they were
         # not in question, as first read (a node that breaks during the watch is the next step's business)
-        last = evaluate(b.live_graph(), await b.states(), errors_before=errors_before, reconvergence=reconv,
-                        expect=step.expect)  # fmt: skip
+        graph, states, _, _ = await self._reading(reconv.bound_s if reconv is not None else TRANSIENT_S)
+        last = evaluate(graph, states, errors_before=errors_before, reconvergence=reconv, expect=step.expect)
         for name, judge in (("snake_ordered", watch.snake_ordered), ("pairs_reachable", watch.pairs_reachable)):
             last[name] = judge(first[name]) if name in names else first[name]
         if not all(last[n].ok for n in names):
             return {**first, **{n: last[n] for n in names}}  # the first reading, with what the watch kept
         return last
+
+    async def _reading(self, bound_s: float) -> tuple[nx.Graph, dict[str, NodeState], set[str], int]:
+        """The live graph and the nodes' states, without the components whose links changed by movement within
+        ``bound_s`` (orchestrator.chaos.moving); those nodes, and how many nodes were live."""
+        b = self.backend
+        graph, states = b.live_graph(), await b.states()
+        moving = b.moved_since(b.now() - bound_s) & set(states) if b.moves else set()
+        live = len(states)
+        if moving:
+            graph, states = settled(graph, states, moving)
+        return graph, states, moving, live
+
+    async def _watch_moving(self, watch: MovingWatch) -> bool:
+        """One reading of the continuous checker while nodes move; True once the run is over (beside's stop)."""
+        b = self.backend
+        if self._over:
+            return True
+        graph, states, _, live = await self._reading(b.reconvergence_bound_s(self.scenario.bound_margin_s))
+        watch.read(b.now() - self.t0, graph, states, live)
+        return False
 
     async def _dump_recorders(self, i: int, rec: dict[str, Any]) -> None:
         """Step ``i`` failed or is invalid: every live node's flight recorder into the run directory, the files named

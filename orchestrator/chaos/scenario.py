@@ -26,15 +26,18 @@ from pydantic import Field, ValidationError
 from orchestrator.chaos.sequence import EXTENSION_KEY, translate
 from orchestrator.chaos.steps import (
     _ACTIONS, ADVERSARY_DROP_KINDS, INVARIANTS, LINK_ROLES, MAX_WAIT_S, NODE_ROLES, Adversary, AnyStep, Check, Churn,
-    Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Note, Partition, Pause, RemoveNode, Restart, Resume,
+    Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Mobility, Note, Partition, Pause, RemoveNode, Restart,
+    Resume,
     ScenarioError, Step, Traffic, TrafficSpec, Wait, _LinkStep, _Model, _NodeStep, _SECONDS,
 )  # fmt: skip
+from orchestrator.model.mobility_change import CHANGEABLE_MODELS
 from orchestrator.model.topology import Loc, Topology, TopologyError, _line_of, _pydantic_message, format_loc
 from orchestrator.model.topology_loaders import _compose
 
 __all__ = [
     "ADVERSARY_DROP_KINDS", "Adversary", "AnyStep", "Check", "Churn", "Flap", "Heal", "INVARIANTS", "Join", "Kill",
-    "LINK_ROLES", "LinkChange", "LinkDown", "LinkUp", "MAX_WAIT_S", "NODE_ROLES", "Note", "Partition", "Pause",
+    "LINK_ROLES", "LinkChange", "LinkDown", "LinkUp", "MAX_WAIT_S", "Mobility", "NODE_ROLES", "Note", "Partition",
+    "Pause",
     "RemoveNode", "Restart", "Resume", "Scenario", "ScenarioError", "Step", "Traffic", "TrafficSpec", "Wait",
     "check_targets", "load_scenario", "parse_reference_sequence", "parse_scenario_yaml",
 ]  # fmt: skip
@@ -49,6 +52,8 @@ class Scenario(_Model):
     traffic: TrafficSpec | None = Field(default_factory=TrafficSpec)
     #: seconds added to the timer-derived re-convergence bound (scheduling on a loaded host)
     bound_margin_s: float = Field(10.0, **_SECONDS)
+    #: while the nodes move (a topology with radios), the checker reads every this many seconds (0: never; docs/mobility.md)
+    watch_s: float = Field(5.0, **_SECONDS)
     #: the scenario builds its network from nothing (reference sequences): no topology needed
     builds_network: bool = False
     steps: tuple[Step, ...] = Field(min_length=1)
@@ -170,10 +175,12 @@ def _validate(data: Mapping[str, Any], *, file: str | None, lines: Mapping[Loc, 
         for err in _without_union_noise(exc.errors()):
             loc = _strip_union_tags(tuple(err["loc"]))
             message = _pydantic_message(err)
+            tag = "model" if "'model'" in str(err.get("ctx", {}).get("discriminator")) else "action"
+            known = ", ".join(CHANGEABLE_MODELS if tag == "model" else _ACTIONS)
             if err.get("type") == "union_tag_invalid":
-                loc, message = (*loc, "action"), f"unknown action {err['ctx']['tag']!r} (known: {', '.join(_ACTIONS)})"
+                loc, message = (*loc, tag), f"unknown {tag} {err['ctx']['tag']!r} (known: {known})"
             elif err.get("type") == "union_tag_not_found":
-                loc, message = (*loc, "action"), "required field is missing"
+                loc, message = (*loc, tag), f"required field is missing (one of: {known})"
             src = tuple(loc_map(loc)) if loc_map else loc
             problems.append(ScenarioError(message, file=file, line=_line_of(src, lines), field=format_loc(src)))
         first, *rest = problems
@@ -224,6 +231,8 @@ def _strip_union_tags(loc: Loc) -> Loc:
                 continue
         if part == "[key]":  # a mapping's key was wrong (expect: {snake: false}): the key itself says where
             continue
+        if part in CHANGEABLE_MODELS and i >= 1 and loc[i - 1] == "model":  # a mobility step's model's tag
+            continue
         if isinstance(part, str) and i >= 1 and loc[i - 1] in _UNION_FIELDS and not part.isidentifier():
             continue
         if isinstance(part, str) and i >= 1 and loc[i - 1] in _UNION_FIELDS and part in ("TrafficSpec", "str", "none"):
@@ -249,6 +258,24 @@ def _named(step: AnyStep) -> Iterator[tuple[Loc, str]]:
     if isinstance(step, Join):
         yield from ((("peers", k), n) for k, n in enumerate(step.peers))
         yield from ((("link", k), n) for k, n in enumerate(step.link or ()))
+    if isinstance(step, Mobility):
+        yield from ((("nodes", k), n) for k, n in enumerate(step.nodes))
+
+
+def _mobility_problem(step: Mobility, topology: Topology | None) -> tuple[Loc, str] | None:
+    """What a mobility step asks that ``topology`` cannot do: it has no radios, no such group, a node not placed."""
+    if topology is None:
+        return None
+    if not topology.radios:
+        return ("action",), "the topology's nodes do not move (it declares no radios; docs/mobility.md)"
+    groups = topology.movement.groups if topology.movement is not None else {}
+    if step.group is not None and step.group not in groups:
+        return ("group",), f"unknown group {step.group!r} (known: {', '.join(sorted(groups)) or 'none'})"
+    placed = {n.name for n in topology.nodes if n.position is not None or n.mobility is not None}
+    for k, name in enumerate(step.nodes):
+        if name in topology.node_names and name not in placed:
+            return ("nodes", k), f"node {name!r} has no position and no mobility model: it is on no radio"
+    return None
 
 
 def check_targets(sc: Scenario, topology: Topology | None, *, file: str | None = None,
@@ -269,6 +296,10 @@ def check_targets(sc: Scenario, topology: Topology | None, *, file: str | None =
             src = tuple(loc_map(loc)) if loc_map else loc
             problems.append(ScenarioError(f"unknown node {name!r}: {where}",
                                           file=file, line=_line_of(src, lines or {}), field=format_loc(src)))  # fmt: skip
+        moving = _mobility_problem(step, topology) if isinstance(step, Mobility) else None
+        if moving is not None:
+            src = ("steps", i, *moving[0])
+            problems.append(ScenarioError(moving[1], file=file, line=_line_of(src, lines or {}), field=format_loc(src)))
     if problems:
         first, *rest = problems
         raise ScenarioError(first.message, file=first.file, line=first.line, field=first.field, others=rest)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from node.core.variants import VariantSpec
+from orchestrator.model.mobility_spec import GaussMarkovSpec, RandomWaypointSpec, SpeedRange, StaticSpec
 from orchestrator.model.topology import NODE_NAME_RE, TopologyError
 
 __all__ = [
@@ -281,6 +282,53 @@ class Adversary(_NodeStep):
         return v
 
 
+#: the models a mobility step may give a node (orchestrator.model.mobility_change)
+ChangeModel = Annotated[Union[StaticSpec, RandomWaypointSpec, GaussMarkovSpec], Field(discriminator="model")]
+
+
+class Mobility(_Step):
+    """Change how the nodes move (a topology with radios; docs/mobility.md): ``movement: stop`` halts every node
+    where it is, ``movement: start`` moves them again for ``for_s`` (default the topology's ``movement.duration_s``);
+    ``speed_mps`` changes the speed of ``nodes`` or of a ``group``'s reference point, ``model`` gives ``nodes`` a
+    new model, ``position`` puts ``nodes`` there (standing, unless ``model`` says how they go on). Not a fault:
+    the checker runs after it only when ``check: true`` (the watch runs while nodes move)."""
+
+    action: Literal["mobility"]
+    movement: Literal["stop", "start"] | None = None
+    for_s: float | None = Field(None, gt=0, le=MAX_WAIT_S)
+    nodes: tuple[str, ...] = ()
+    group: str | None = None
+    speed_mps: SpeedRange | None = None
+    model: ChangeModel | None = None
+    position: tuple[float, float] | None = None
+    FAULT: ClassVar[bool] = False
+
+    @field_validator("speed_mps")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and v[0] > v[1]:
+            raise ValueError(f"[min, max] with min {v[0]:g} above max {v[1]:g}")
+        return v
+
+    @model_validator(mode="after")
+    def _something(self) -> Mobility:
+        changes = self.speed_mps is not None or self.model is not None or self.position is not None
+        if self.movement is None and not changes:
+            raise ValueError("a mobility step needs 'movement' (stop, start), 'speed_mps', 'model' or 'position'")
+        if self.for_s is not None and self.movement != "start":
+            raise ValueError("'for_s' is how long a 'movement: start' moves the nodes")
+        if self.speed_mps is not None and self.model is not None:
+            raise ValueError("give 'speed_mps' or a 'model' (with its own speed), not both")
+        if self.group is not None and (self.nodes or self.model is not None or self.position is not None):
+            raise ValueError("'group' takes 'speed_mps' only (its reference point's speed); name 'nodes' for the rest")
+        if changes and not self.nodes and self.group is None:
+            raise ValueError("name the 'nodes' (or, for 'speed_mps', a 'group') the change is for")
+        for name in self.nodes:
+            if not NODE_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a node name")
+        return self
+
+
 class Traffic(_Step):
     """Start, stop or change the background ping mesh."""
 
@@ -326,7 +374,7 @@ class Note(_Step):
 #: One step of any action: orchestrator.chaos.apply dispatches on the class (a ``match``, checked exhaustive).
 AnyStep = Union[
     Kill, Restart, Pause, Resume, RemoveNode, Partition, Heal, LinkDown, LinkUp, Flap, LinkChange, Churn, Join,
-    Adversary, Traffic, Wait, Check, Note,
+    Adversary, Traffic, Wait, Check, Note, Mobility,
 ]  # fmt: skip
 #: A step as a scenario file gives it: the class is chosen by ``action``.
 Step = Annotated[AnyStep, Field(discriminator="action")]

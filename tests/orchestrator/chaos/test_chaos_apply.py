@@ -46,6 +46,7 @@ steps:
   - {action: wait, s: 3}
   - {action: check}
   - {action: note, note: nothing}
+  - {action: mobility, movement: stop}
 """
 
 
@@ -144,6 +145,10 @@ class FakeBackend(ChaosBackend):
         self.calls.append(("heal",))
         return [("a", "b"), ("a", "d")]
 
+    async def mobility(self, step: Any) -> str | None:
+        self.calls.append(("mobility", step.movement))
+        return "movement stopped"
+
 
 def _apply_all(sc: Scenario) -> tuple[FakeBackend, list[tuple[str, Any, Any]], list[Any]]:
     backend, acts, results = FakeBackend(), [], []
@@ -170,15 +175,16 @@ def test_every_step_class_has_its_handler() -> None:
     assert calls[12] == ("link_change", "a", "b", "wifi")
     churn = [c for c in calls[13:] if c[0] in ("kill", "restart")]
     assert [c[0] for c in churn] == ["kill", "restart"] and churn[0][1] == churn[1][1]  # 25 % of 4 nodes: one
-    assert calls[-4:] == [("add_node", "e", ("a",)), ("link_up", "a", "c"), ("adversary", "a", {"bootstrap": 100.0}),
-                          ("traffic", False)]  # fmt: skip
+    assert calls[-5:] == [("add_node", "e", ("a",)), ("link_up", "a", "c"), ("adversary", "a", {"bootstrap": 100.0}),
+                          ("traffic", False), ("mobility", "stop")]  # fmt: skip
     assert [a for a, _, _ in acts] == ["kill", "restart", "pause", "resume", "resume", "kill", "partition", "heal",
                                        "link_down", "link_up", "link_down", "link_up", "link_change", "kill",
-                                       "restart", "join", "join", "adversary"]  # fmt: skip
+                                       "restart", "join", "join", "adversary", "mobility"]  # fmt: skip
     assert acts[5] == ("kill", "d", {"remove": True})
     assert results[4] == (["d"], None) and results[5] == ([["a"], ["b", "c", "d"]], "2 link(s) cut")
     assert results[9] == ([["b", "c"]], "1 flap(s) of 2 s")
-    assert results[-4:] == [([], "traffic off"), ([], None), ([], None), ([], None)]  # traffic, wait, check, note
+    assert results[-5:] == [([], "traffic off"), ([], None), ([], None), ([], None),  # traffic, wait, check, note
+                            ([], "movement stopped")]  # mobility
 
 
 def test_a_role_is_resolved_on_the_live_graph_and_recorded_as_kill_root() -> None:

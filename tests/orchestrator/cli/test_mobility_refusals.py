@@ -1,5 +1,6 @@
 """A topology whose nodes move runs in process only, for now: the commands that would run it with its fixed links
-alone (Docker, swarm, a compose file, chaos) refuse it, exit 2, naming why and what does run it (docs/mobility.md)."""
+alone (Docker, swarm, a compose file, chaos on Docker or swarm) refuse it, exit 2, naming why and what does run it
+(docs/mobility.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ nodes:
         (["up", "--backend", "docker"], "not --backend docker"),
         (["up", "--backend", "swarm"], "not --backend swarm"),
         (["compose", "-o", "{tmp}/walk.yml"], "not a compose file"),
-        (["chaos", "churn", "--topology"], "not snekbed chaos"),
+        (["chaos", "churn", "--backend", "docker", "--topology"], "not snekbed chaos --backend docker"),
+        (["chaos", "churn", "--backend", "swarm", "--topology"], "not snekbed chaos --backend swarm"),
     ],
 )
 def test_commands_that_cannot_move_nodes_refuse_them(tmp_path: Path, args: list[str], what: str) -> None:
@@ -39,7 +41,7 @@ def test_commands_that_cannot_move_nodes_refuse_them(tmp_path: Path, args: list[
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == BAD_INPUT, result.output
     assert "the topology's nodes move and are linked by radios (bluetooth)" in result.output
-    assert "snekbed up --backend inproc" in result.output and what in result.output
+    assert "snekbed up --backend inproc, snekbed chaos --backend inproc" in result.output and what in result.output
     assert not (tmp_path / "runs").exists() and not (tmp_path / "walk.yml").exists()
 
 
