@@ -1,190 +1,59 @@
 """Moving nodes in process: a :class:`~orchestrator.model.mobility_spec.World`'s movers on an
 :class:`~orchestrator.backends.inproc.InprocNetwork`'s virtual clock (docs/mobility.md).
 
-:class:`RadioLinks` asks every mover where its node is every ``tick_s`` of protocol time (``InprocNetwork.call_at``)
-for the world's ``duration_s``, steps the radio graph (orchestrator.model.radio_graph) and makes each radio link
-that comes up as a peering of its radio's link class (``InprocNetwork.connect``, shaped as a fixed link of that
-class is: netem's userspace shaper) and cuts each that goes down (``InprocNetwork.disconnect``, reason
-``link_down``). A radio with loss over distance reshapes its links (``InprocNetwork.reshape``) when the loss, in
-whole percent, changes. What moved and which links changed can be written to ``mobility.jsonl``
-(:class:`MobilityLog`, contract.mobility).
+:class:`RadioLinks` is :class:`~orchestrator.backends.radio_links.MovingRadios` on the in-process network: every
+``tick_s`` of protocol time (``InprocNetwork.call_at``) the nodes move and each radio link that comes up is made as
+a peering of its radio's link class (``InprocNetwork.connect``, shaped as a fixed link of that class is: netem's
+userspace shaper), each that goes down cut (``InprocNetwork.disconnect``, reason ``link_down``); a radio with loss
+over distance reshapes its links (``InprocNetwork.reshape``).
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from contract.links import LinkClass, LinkShape, link_type_number
-from contract.mobility import MOBILITY_FILE
 from netem.userspace import shaper_factory
 
 from orchestrator.backends.inproc import InprocNetwork
-from orchestrator.model.mobility import Mover, Point, distance
+from orchestrator.backends.radio_links import MobilityLog, MovingRadios
 from orchestrator.model.mobility_spec import World
-from orchestrator.model.radio_graph import LinkChange, Radio, RadioGraph, RadioLink, combined_loss_pct
+from orchestrator.model.radio_graph import Radio, RadioLink, combined_loss_pct
 
 __all__ = ["MobilityLog", "RadioLinks"]
 
 
-class MobilityLog:
-    """``mobility.jsonl`` of a run directory (contract.mobility): one line per position and link change."""
-
-    def __init__(self, root: Path, run_id: str, wall_offset_s: float) -> None:
-        self.run_id, self.wall_offset_s = run_id, wall_offset_s
-        self._f: IO[str] | None = open(root / MOBILITY_FILE, "w", encoding="utf-8")
-
-    def _line(self, now: float, kind: str, **fields: Any) -> None:
-        if self._f is None:
-            return
-        obj = {"run_id": self.run_id, "mono_s": round(now, 6), "wall_ts": round(self.wall_offset_s + now, 6),
-               "kind": kind, "node": None, "x_m": None, "y_m": None, "a": None, "b": None, "radio": None,
-               "link_class": None, "distance_m": None, "cause": None, "made": None}
-        obj.update(fields)
-        self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
-
-    def position(self, node: str, at: Point, now: float) -> None:
-        self._line(now, "position", node=node, x_m=round(at[0], 6), y_m=round(at[1], 6))
-
-    def link(self, change: LinkChange, link_class: str, made: bool, now: float) -> None:
-        self._line(now, "link_up" if change.up else "link_down", a=change.a, b=change.b, radio=change.radio,
-                   link_class=link_class, distance_m=change.distance_m, cause=change.cause, made=made)
-
-    def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
-
-class RadioLinks:
-    """Moves ``world``'s nodes on ``net`` and keeps its radio links as the radio graph says.
-
-    ``classes``: each radio's link class (resolved with the topology's overrides). Counters for the run's
-    report: ``link_ups`` and ``link_downs`` (radio graph changes after the start, made or not), ``refused`` (ups
-    the network did not make a peering for), ``travelled_m`` (every node's path, summed over the ticks).
-
-    A chaos run (orchestrator.chaos.inproc_mobile) says more: ``available(node)`` (default: always) is false for a
-    node that can take no new peering now (paused, dead); ``blocked(a, b)`` (default: never) is true for a pair a
-    fault keeps apart (a partition, a link_down); ``cut(link_id, reason)`` cuts a peering (default
-    ``InprocNetwork.disconnect``). A radio link is made only while both ends are available and the pair is not
-    blocked; :meth:`reconcile` makes and cuts peerings after such a fault. :meth:`halt` and :meth:`resume` switch the
-    movement off and on (the movers' time stands still in between), :meth:`replace` gives a node a new mover, and
-    :meth:`move_now` moves the nodes at once after a change. ``changed_at``: when each node last gained or lost a
-    radio link by moving (protocol time)."""
+class RadioLinks(MovingRadios):
+    """Moves ``world``'s nodes on ``net`` and keeps its radio links as the radio graph says (MovingRadios: the
+    options ``available``, ``blocked`` and ``cut``, the counters and the report)."""
 
     def __init__(self, net: InprocNetwork, world: World, classes: Mapping[str, LinkClass],
                  log: MobilityLog | None = None, *, available: Callable[[str], bool] | None = None,
                  blocked: Callable[[str, str], bool] | None = None,
                  cut: Callable[[int, str], None] | None = None) -> None:
-        self.net, self.world, self.log = net, world, log
-        self.radios: dict[str, Radio] = {r.name: r for r in world.radios}
-        self.classes = dict(classes)
-        self.movers: dict[str, Mover] = dict(world.movers)
-        self.graph = RadioGraph(world.radios)
-        self.peerings: dict[RadioLink, int | None] = {}  # radio link -> the network's link id (None: not made)
-        self._loss: dict[RadioLink, int] = {}  # the distance loss a link is shaped with now (whole percent)
-        self._where: dict[str, Point] = {}
-        self.available = available or (lambda name: True)
-        self.blocked = blocked or (lambda a, b: False)
-        self._cut = cut or self._disconnect
-        self.changed_at: dict[str, float] = {}
-        self.link_ups = self.link_downs = self.refused = 0
-        self.travelled_m = 0.0
-        self.t0 = math.nan
-        self.running = False
-        self.since = self.until = math.nan  # the current (or last) stretch of movement
-        self._origin = math.nan  # protocol time at which the movers' time was 0 (moved on by every halt)
-        self._halted_at = math.nan
-        self._moved_s = 0.0  # movement time of the stretches that ended
-        self._gen = 0  # the current stretch's ticks (a halt leaves the scheduled ones stale)
-        self.last_tick = 0
+        self.net = net
+        super().__init__(world, classes, log, available=available, blocked=blocked, cut=cut)
 
-    def _disconnect(self, lid: int, reason: str) -> None:
+    def now(self) -> float:
+        return self.net.now
+
+    def call_at(self, t: float, fn: Callable[[float], None]) -> None:
+        self.net.call_at(t, fn)
+
+    def connect(self, link: RadioLink, radio: Radio, loss_pct: int) -> int | None:
+        a, b, _ = link
+        return self.net.connect(a, b, radio.link_class, **self._options(radio, loss_pct))
+
+    def is_up(self, lid: int) -> bool:
+        return lid in self.net.links
+
+    def disconnect(self, lid: int, reason: str) -> None:
         self.net.disconnect(lid, reason)
 
-    @property
-    def end_s(self) -> float:
-        """When the movement stops (protocol time)."""
-        return self.until
-
-    def mover_time(self, now: float) -> float:
-        """The movers' time at protocol time ``now``: the seconds moved since the start, halts left out."""
-        return (self._halted_at if not self.running else now) - self._origin
-
-    def start(self) -> None:
-        """Place every node and make the radio links at the network's current time; the ticks follow."""
-        self.t0 = self._origin = self.net.now
-        self._stretch(self.net.now, self.world.duration_s)
-
-    def _stretch(self, since: float, duration_s: float) -> None:
-        """Movement from ``since`` for ``duration_s``: a tick at once and every ``tick_s`` after."""
-        self._gen += 1
-        self.running, self.since, self.until = True, since, since + duration_s
-        self.last_tick = int(duration_s / self.world.tick_s + 1e-9)
-        self._tick(since, 0, self._gen)
-
-    def _tick(self, now: float, k: int, gen: int) -> None:
-        if gen != self._gen:
-            return  # the movement was halted (or restarted) since this tick was scheduled
-        self._move(now)
-        if k < self.last_tick:
-            self.net.call_at(self.since + (k + 1) * self.world.tick_s, lambda at, k=k + 1: self._tick(at, k, gen))
-        else:
-            self._stop(now, self.until)
-
-    def _stop(self, now: float, until: float) -> None:
-        """The stretch ends: the nodes stand where they were put at ``now``, movement time counted to ``until``."""
-        self._moved_s += until - self.since
-        self.running, self._halted_at, self.until = False, now, until
-
-    def halt(self) -> bool:
-        """Stop the movement now: the nodes stand where they are (False when it was not running)."""
-        if not self.running:
-            return False
-        self._gen += 1
-        self._move(self.net.now)
-        self._stop(self.net.now, self.net.now)
-        return True
-
-    def resume(self, duration_s: float) -> bool:
-        """Move again from now for ``duration_s``, from where the nodes stood (False when it was running)."""
-        if self.running:
-            return False
-        self._origin += self.net.now - self._halted_at
-        self._stretch(self.net.now, duration_s)
-        return True
-
-    def replace(self, name: str, mover: Mover) -> None:
-        """``name`` moves as ``mover`` says from now on (its time is the movers' time: :meth:`mover_time`)."""
-        self.movers[name] = mover
-
-    def where(self, name: str) -> Point:
-        """Where ``name`` is now."""
-        return self.movers[name].position(self.mover_time(self.net.now))
-
-    def move_now(self) -> None:
-        """Put every node where its mover says now and make and cut the radio links after them (after a change)."""
-        self._move(self.net.now)
-
-    def _move(self, now: float) -> None:
-        """Every node to where its mover says at ``now``, the radio links after them."""
-        t = self.mover_time(now)
-        first = not self._where
-        positions = {name: mover.position(t) for name, mover in self.movers.items()}
-        for name, at in positions.items():
-            before = self._where.get(name)
-            if before != at:
-                if before is not None:
-                    self.travelled_m += distance(before, at)
-                if self.log is not None:
-                    self.log.position(name, at, now)
-        self._where = positions
-        for change in self.graph.step(positions):
-            self._apply(change, first, now)
-        self._reshape(positions)
+    def reshape(self, lid: int, radio: Radio, loss_pct: int) -> None:
+        opts = self._options(radio, loss_pct)
+        self.net.reshape(lid, radio.link_class, opts.get("shaper"), opts.get("sized", False))
 
     def _options(self, radio: Radio, loss_pct: int) -> dict[str, Any]:
         """``connect``'s options for a link of ``radio`` with ``loss_pct`` added by distance (as sim.link_options
@@ -199,98 +68,3 @@ class RadioLinks:
             opts["shaper"] = shaper_factory(shape, loss_mode="retransmit")
             opts["sized"] = shape.rate_mbit is not None
         return opts
-
-    def _wanted(self, a: str, b: str) -> bool:
-        return self.available(a) and self.available(b) and not self.blocked(a, b)
-
-    def _make(self, link: RadioLink, distance_m: float) -> int | None:
-        a, b, name = link
-        radio = self.radios[name]
-        loss = round(radio.loss_pct(distance_m))
-        lid = self.net.connect(a, b, radio.link_class, **self._options(radio, loss))
-        self.peerings[link] = lid
-        if lid is not None and radio.loss_edge_pct:
-            self._loss[link] = loss
-        return lid
-
-    def _apply(self, change: LinkChange, start: bool, now: float) -> None:
-        cls = self.radios[change.radio].link_class
-        if not start:
-            self.changed_at[change.a] = self.changed_at[change.b] = now
-        if change.up:
-            made = False
-            if self._wanted(change.a, change.b):
-                made = self._make(change.link, change.distance_m or 0.0) is not None
-                self.refused += not made
-            else:
-                self.peerings[change.link] = None
-            self.link_ups += not start
-        else:
-            lid = self.peerings.pop(change.link, None)
-            self._loss.pop(change.link, None)
-            made = lid is not None and lid in self.net.links
-            if made:
-                self._cut(lid, "link_down")
-            self.link_downs += 1
-        if self.log is not None:
-            self.log.link(change, cls, made, now)
-
-    def reconcile(self, reason: str = "link_down") -> tuple[list[RadioLink], list[RadioLink]]:
-        """After a fault: make the peering of every radio link in range whose ends are available and not blocked
-        and that has none, and cut (``reason``) every peering that is no longer wanted. Returns (made, cut)."""
-        made: list[RadioLink] = []
-        cut: list[RadioLink] = []
-        for link in sorted(self.graph.links or ()):
-            a, b, _ = link
-            lid = self.peerings.get(link)
-            have = lid is not None and lid in self.net.links
-            if self._wanted(a, b) and not have:
-                if self._make(link, distance(self._where[a], self._where[b])) is not None:
-                    made.append(link)
-            elif have and not self._wanted(a, b):
-                self._cut(lid, reason)  # type: ignore[arg-type]  # have: lid is a live link's
-                self.peerings[link] = None
-                self._loss.pop(link, None)
-                cut.append(link)
-        return made, cut
-
-    def _reshape(self, positions: Mapping[str, Point]) -> None:
-        """Links whose loss over distance moved to another whole percent get a shaper of the new loss."""
-        for link, loss in list(self._loss.items()):
-            a, b, name = link
-            radio = self.radios[name]
-            lid = self.peerings.get(link)
-            if lid is None or lid not in self.net.links:
-                continue
-            now_loss = round(radio.loss_pct(distance(positions[a], positions[b])))
-            if now_loss != loss:
-                opts = self._options(radio, now_loss)
-                self.net.reshape(lid, radio.link_class, opts.get("shaper"), opts.get("sized", False))
-                self._loss[link] = now_loss
-
-    def moved_s(self) -> float:
-        """Seconds the movement has run so far (halts left out)."""
-        return self._moved_s + (min(self.net.now, self.until) - self.since if self.running else 0.0)
-
-    def mean_speed_mps(self) -> float:
-        """Every placed node's path over the time moved so far, averaged over the nodes (pauses and static
-        nodes count as standing still)."""
-        moved_s = self.moved_s()
-        if not self.movers or not moved_s > 0:
-            return 0.0
-        return self.travelled_m / len(self.movers) / moved_s
-
-    def report(self) -> dict[str, Any]:
-        """The ``mobility`` key of ``snekbed sim --json``."""
-        return {
-            "model": "+".join(sorted({m.model for m in self.movers.values()})),
-            "nodes": len(self.movers),
-            "radios": sorted(self.radios),
-            "tick_s": self.world.tick_s,
-            "duration_s": self.world.duration_s,
-            "link_ups": self.link_ups,
-            "link_downs": self.link_downs,
-            "peerings_refused": self.refused,
-            "radio_links": len(self.graph.links or ()),
-            "mean_speed_mps": round(self.mean_speed_mps(), 4),
-        }
