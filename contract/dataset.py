@@ -161,6 +161,7 @@ ACTIONS = (
     "up", "converged", "kill", "kill_root", "restart", "partition", "heal",
     "link_down", "link_up", "link_change", "ping", "down",
     "pause", "resume", "join", "adversary", "step", "mobility",
+    "link_shaped", "shaping_unapplied",
 )
 DISRUPTIVE_ACTIONS = (
     "kill", "kill_root", "partition", "heal", "link_down", "link_up", "link_change",
