@@ -438,6 +438,11 @@ class InprocNetwork:
         """Run ``fn(now)`` at protocol time ``t`` (observer ticks, chaos steps)."""
         heapq.heappush(self._heap, (t, next(self._tie), _CALL, fn))
 
+    @property
+    def queued_events(self) -> int:
+        """Events waiting: frames in flight, the nodes' next timers and observer calls (the progress line)."""
+        return len(self._heap)
+
     def next_event_time(self) -> float:
         return self._heap[0][0] if self._heap else math.inf
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -20,6 +21,7 @@ from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S
 from orchestrator.cli.options import BadInput, address_option
 from orchestrator.cli.render import sim_table
 from orchestrator.model.hosting import HostingError
+from orchestrator.sessions.progress import ProgressLine
 from orchestrator.sessions.sim import config_from_topology, refused_sentence, run_sim_sync
 from orchestrator.model.topology import TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -66,10 +68,13 @@ __all__ = ["sim"]
               help="Serve the live `snekbed view` page of this run (docs/view.md); needs --clock real.")
 @click.option("--hold-s", type=float, default=0.0, show_default=True,
               help="After the run, keep the network, the --metrics endpoint and the --view page up this many seconds.")
+@click.option("--quiet", is_flag=True, help="No progress line on stderr.")
+@click.option("--progress-every", "progress_every_s", type=click.FloatRange(min=0.05), default=None,
+              help="Seconds between two progress lines on stderr [default: 5; a terminal's display: 0.5].")
 def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_root: bool, as_json: bool,
         link_delay_ms: float, boot_spread_s: float, max_time_s: float, record: Path | None, run_id: str | None,
         wire_bytes: bool, variant_text: str, knobs: tuple[str, ...], metrics_at: str | None, pcap: Path | None, view_at: str | None,
-        hold_s: float) -> None:
+        hold_s: float, quiet: bool, progress_every_s: float | None) -> None:
     """Run TOPOLOGY in one process (the inproc backend) and report convergence, delivery and stretch."""
     if metrics_at is not None and clock != "real":
         raise click.UsageError("--metrics needs --clock real: virtual time runs faster than any scrape")
@@ -100,24 +105,16 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)
     cfg.view = view
     cfg.on_view = lambda url: click.echo(f"snekbed view (live): {url}", err=True)
+    watch = None if quiet else partial(ProgressLine, every_s=progress_every_s)
     if as_json:
-        out = run_sim_sync(cfg)
+        out = run_sim_sync(cfg, watch=watch)
         click.echo(json.dumps(out))
         if out["links_refused"]:
             click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
         if not _converged(out):
             sys.exit(FAILED)
         return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
-                  console=None) as prog:
-        task = prog.add_task("starting", total=None)
-
-        def progress(phase: str, t: float) -> None:
-            prog.update(task, description=f"{phase}: protocol time {t:.1f} s")
-
-        out = run_sim_sync(cfg, progress)
+    out = run_sim_sync(cfg, watch=watch)
     sim_table(out)
     if not _converged(out):
         sys.exit(FAILED)

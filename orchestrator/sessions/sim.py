@@ -12,6 +12,7 @@ import math
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 import random
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from orchestrator.model.observe import HOP_CONVENTION, ConvergenceTracker, NodeV
 from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
 from orchestrator.model.topology import Topology
+from orchestrator.sessions.progress import Snapshot
 from orchestrator.tools.view.app import LiveHub, build_live_app
 from orchestrator.tools.view.frames import GraphInfo
 from orchestrator.tools.view.live import InprocLive
@@ -156,7 +158,9 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
 class _Sim:
     def __init__(self, cfg: SimConfig, progress: Callable[[str, float], None] | None) -> None:
         self.cfg = cfg
-        self.progress = progress or (lambda phase, t: None)
+        self._on_progress = progress
+        self.phase = "starting"
+        self._gives_up_at: float | None = None  # the current convergence wait's bound (protocol time)
         recording = cfg.record is not None
         links = cfg.links
         if cfg.link_options is not None:
@@ -232,6 +236,17 @@ class _Sim:
                                                 self.net.now)  # fmt: skip
         return views
 
+    def progress(self, phase: str, t: float) -> None:
+        self.phase = phase
+        if self._on_progress is not None:
+            self._on_progress(phase, t)
+
+    def snapshot(self) -> Snapshot:
+        """The run now, for the progress line (read from its thread: attribute reads only)."""
+        net, tracker = self.net, self.tracker
+        return Snapshot(self.phase, net.now, net.frames_delivered, net.queued_events, tracker.tree_s,
+                        tracker.snake_s, self._gives_up_at)
+
     def _tick(self, now: float) -> None:
         graph = self.live_graph()
         if not self._changed and now < self._next_expiry:
@@ -244,15 +259,20 @@ class _Sim:
             self.done = True
         else:
             self.net.call_at(now + OBSERVE_EVERY_S, self._tick)
-        self.progress("converging", now - self.tracker.t0)
+        self.progress(self.phase, now - self.tracker.t0)
 
-    async def converge(self, t0: float) -> tuple[float | None, float | None]:
+    async def converge(self, t0: float, phase: str = "converging") -> tuple[float | None, float | None]:
         """Run until converged, timed from ``t0`` (which may be past: the end of a movement watched until now)."""
         self.tracker.reset(t0)
+        self.phase = phase
+        self._gives_up_at = t0 + self.cfg.max_time_s
         self.done = False
         self._changed = True
         self.net.call_at(max(t0, self.net.now), self._tick)
-        await self.net.run_until(t0 + self.cfg.max_time_s, stop=lambda: self.done)
+        try:
+            await self.net.run_until(t0 + self.cfg.max_time_s, stop=lambda: self.done)
+        finally:
+            self._gives_up_at = None
         return self.tracker.tree_s, self.tracker.snake_s
 
     # -------------------------------------------------------------- pings
@@ -384,7 +404,7 @@ class _Sim:
             self.net.kill(victim)
             if self.live is not None:
                 self.live.fault("kill_root", victim)
-            tree2, snake2 = await self.converge(t_kill)
+            tree2, snake2 = await self.converge(t_kill, "re-converging after the root kill")
             if self.recorder is not None:
                 self.recorder.action(
                     "converged", None, {"tree_converged_s": tree2, "snake_converged_s": snake2}, self.net.now
@@ -415,7 +435,7 @@ class _Sim:
         if self.net.now < radio.end_s:
             self.progress("moving", self.net.now)
             await self.net.run_until(radio.end_s)
-        tree_s, snake_s = await self.converge(max(radio.end_s, self._disrupted))
+        tree_s, snake_s = await self.converge(max(radio.end_s, self._disrupted), "converging after the movement")
         if self.recorder is not None:
             self.recorder.action("converged", None, {"tree_converged_s": tree_s, "snake_converged_s": snake_s,
                                                      "after": "movement"}, self.net.now)
@@ -434,16 +454,25 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-async def run_sim(cfg: SimConfig, progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
-    return await _Sim(cfg, progress).run()
+#: makes the context that watches a run while it works, given how to read the run (a ProgressLine)
+Watch = Callable[[Callable[[], Snapshot]], AbstractContextManager[Any]]
 
 
-def run_sim_sync(cfg: SimConfig, progress: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+async def run_sim(cfg: SimConfig, progress: Callable[[str, float], None] | None = None,
+                  watch: Watch | None = None) -> dict[str, Any]:  # fmt: skip
+    """The run; ``progress(phase, protocol_time)`` at each phase, ``watch(read)`` around the whole run."""
+    sim = _Sim(cfg, progress)
+    with watch(sim.snapshot) if watch is not None else nullcontext():
+        return await sim.run()
+
+
+def run_sim_sync(cfg: SimConfig, progress: Callable[[str, float], None] | None = None,
+                 watch: Watch | None = None) -> dict[str, Any]:  # fmt: skip
     """Run with the configured clock: ``virtual`` = MockClock(autojump_threshold=0), ``real`` = trio's."""
     if cfg.clock not in ("virtual", "real"):
         raise ValueError(f"clock must be 'virtual' or 'real', not {cfg.clock!r}")
     clock = trio.testing.MockClock(autojump_threshold=0) if cfg.clock == "virtual" else None
-    return trio.run(run_sim, cfg, progress, clock=clock)
+    return trio.run(run_sim, cfg, progress, watch, clock=clock)
 
 
 def link_options(topo: Topology, index: int) -> dict:
