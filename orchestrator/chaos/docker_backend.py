@@ -16,10 +16,11 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
   (5 s), not at once as in process. ``link_up`` / ``heal`` connect it again with
   the same addresses and ask both nodes to dial now (``POST /peers/redial``)
   instead of waiting out their backoff.
-* ``link_change``: the nodes' userspace shapers are replaced (``POST /peers/shape``);
-  kernel-shaped links are shaped again in the containers' namespaces. A reference node's end (spec
-  ``pinecone``; it has no userspace shaper) gets the new shape's kernel part from the host, and the rest is
-  recorded as ``shaping_unapplied`` (docs/interop.md).
+* ``link_change``: the new shape's kernel part replaces the old one in both containers' namespaces, and each
+  node's userspace shaper gets the userspace part alone (``POST /peers/shape``, the kernel's fields cleared). A
+  reference node's end (spec ``pinecone``; it has no userspace shaper) records that part as ``shaping_unapplied``
+  (docs/interop.md). A link connected again, or a node started again, has new interfaces: the kernel part of its
+  links' current shapes is applied again (orchestrator.chaos.docker_shaping).
 * ``join``: nodes and links a scenario adds later are created with the run
   (so they have addresses), then stopped or disconnected until their step.
 
@@ -45,6 +46,7 @@ from typing import Any
 import networkx as nx
 import trio
 
+from contract.links import LinkShape
 from netem.plan import ShapingBackend
 from node.core.router import Timers
 from node.core.variants import VariantSpec
@@ -58,7 +60,7 @@ from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_doc
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 from orchestrator.chaos import docker_confirm as measured
-from orchestrator.chaos.docker_shaping import reshape_reference_end
+from orchestrator.chaos.docker_shaping import change_link, reshape_ends
 from orchestrator.chaos.backend import (
     ChaosBackend, Converged, DeferredRemoval, FlightDump, TrafficSample, planted_defect,
 )  # fmt: skip
@@ -156,6 +158,7 @@ class DockerChaos(ChaosBackend):
         self.monitoring: RunMonitoring | None = None
         #: each link's class as link_change left it (what a confirmation measures it against)
         self.link_classes = {frozenset((ln.a, ln.b)): ln.link_class for ln in topology.links}
+        self.link_shapes: dict[int, LinkShape] = {}  # each link link_change reshaped: its shape now (docker_shaping)
         #: TEST ONLY, never on by default ($SNEKBED_CHAOS_PLANT, backend.planted_defect): "ignore_partition",
         #: "pause_noop", "link_change_noop": the fault is reported done and not done (its confirmation finds out)
         self.planted, _ = planted_defect(None)
@@ -466,6 +469,7 @@ class DockerChaos(ChaosBackend):
                 if "already exists" not in str(exc):
                     raise
         self.down_links.discard(index)
+        await trio.to_thread.run_sync(lambda: reshape_ends(self, "link_up", links=[index]))  # a new interface: no qdisc
         await self._redial({ln.a, ln.b})
 
     async def _redial(self, names: Iterable[str]) -> None:
@@ -492,17 +496,12 @@ class DockerChaos(ChaosBackend):
         return bool(idx) or bool(self._links_between(a, b))
 
     async def link_change(self, a: str, b: str, link_class: str | None, shaping: dict[str, float] | None) -> None:
-        assert self._admin is not None and self.session is not None
-        body: dict[str, Any] = {"class": link_class, "shaping": shaping or {}}
         if link_class is not None:
             self.link_classes[frozenset((a, b))] = link_class
         if self.planted == "link_change_noop":
             return  # TEST ONLY: reported changed, and left as it was
-        for x, y in ((a, b), (b, a)):
-            if x in self.reference_nodes:  # no userspace shaper: the kernel part from the host, the rest reported
-                await trio.to_thread.run_sync(reshape_reference_end, self, x, y, link_class, shaping or {})
-                continue
-            await trio.to_thread.run_sync(self._admin.post, x, "/peers/shape", {**body, "peer": self.session.keys[y]})
+        # the kernel part to both ends' kernels, the userspace part alone to the nodes (docker_shaping)
+        await trio.to_thread.run_sync(change_link, self, a, b, link_class, shaping or {})
 
     async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
         assert self.plan is not None
@@ -542,6 +541,7 @@ class DockerChaos(ChaosBackend):
         await self._docker(self._endpoints, self.docker.api.start, self._cid(name))
         self.stopped.discard(name)
         self.removed.discard(name)
+        await trio.to_thread.run_sync(lambda: reshape_ends(self, "restart", nodes=[name]))  # new interfaces, no qdisc
         await self._wait_admin(name)
 
     async def _wait_admin(self, name: str, timeout_s: float = 20.0) -> None:

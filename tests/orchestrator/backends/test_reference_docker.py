@@ -164,6 +164,14 @@ def test_every_other_fault_works_on_reference_nodes(client: object, image: str, 
         unapplied = [a for a in actions if a["action"] == "shaping_unapplied"]
         assert [a["target"] for a in unapplied] == ["r1--s2"], unapplied  # the reference end's delay, said
         assert unapplied[0]["detail"]["unapplied"] == {"delay_ms": 8.0}, unapplied
+        shaped = {(e["why"], e["node"]): e for e in out["link_shapes"]}
+        if json.loads((run_dir / "meta.json").read_text())["shaping"]["backend"] == "kernel-partial":  # here
+            # the rate to both kernels (the old tbf replaced), the delay to the snekbed end's shaper alone
+            assert shaped["link_change", "r1"]["kernel"]["rate"].startswith("kernel: tbf"), shaped
+            assert shaped["link_change", "r1"]["userspace"] is None, shaped
+            assert shaped["link_change", "s2"]["kernel"]["rate"].startswith("kernel: tbf"), shaped
+            assert shaped["link_change", "s2"]["userspace"] == {"delay_ms": 8.0}, shaped
+            assert ("restart", "r3") in shaped, sorted(shaped)  # its new interfaces shaped again
         events = [json.loads(x) for x in (run_dir / "events" / "r5.jsonl").read_text().splitlines()]
         dropped = [e for e in events if e["event"] == "frame_dropped" and e["reason"] == "adversary"]
         assert dropped and {e["frame_type"] for e in dropped} == {"bootstrap"}, dropped

@@ -1,6 +1,7 @@
-"""Confirmed faults on Docker: ring-8 through every kind of fault, each confirmed on the nodes and their links; a
-backend planted (test-only, $SNEKBED_CHAOS_PLANT) to report a partition it never made comes out invalid, exit 3.
-Real engine, real node image, run as the CLI. Nothing labelled with the run may be left afterwards."""
+"""Confirmed faults on Docker: ring-8 through every kind of fault, each confirmed on the nodes and their links, then
+the links a fault gave new interfaces measured again (their kernel shaping restored); a backend planted (test-only,
+$SNEKBED_CHAOS_PLANT) to report a partition it never made comes out invalid, exit 3. Real engine, real node image,
+run as the CLI. Nothing labelled with the run may be left afterwards."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.chaos.backend import PLANT_ENV
+from orchestrator.tools.links_check import CheckOptions, check_run
 from tests.orchestrator.docker_helpers import left_behind
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -31,7 +34,7 @@ steps:
   - {action: pause, target: n06, for_s: 10}
   - {action: kill, target: n03}
   - {action: restart, target: n03}
-  - {action: link_change, link: [n07, n08], shaping: {delay_ms: 40}}
+  - {action: link_change, link: [n07, n08], shaping: {delay_ms: 40, rate_mbit: 40}}
   - {action: adversary, target: n05, drop: {all: 100}, peer: n04, check: false}
   - {action: adversary, target: n02, drop: {all: 100}, check: false}
 """
@@ -46,10 +49,17 @@ steps:
 """
 
 
-def _chaos(scenario: Path, runs: Path, image: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(scenario), "--topology", str(RING8),
-                           "--backend", "docker", "--image", image, "--runs-dir", str(runs), "--seed", "1", "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=1500,
+#: ring-8 with three links of class remote (20 Mbit/s: a rate the kernel's tbf keeps, measurable within 10 %): n03--n04
+#: (n03 is restarted: new interfaces), n04--n05 (cut by the partition, then healed), n07--n08 (link_change to 40)
+RING8_REMOTE = RING8.read_text().replace("{a: n03, b: n04}", "{a: n03, b: n04, class: remote}").replace(
+    "{a: n04, b: n05}", "{a: n04, b: n05, class: remote}").replace("{a: n07, b: n08}", "{a: n07, b: n08, class: remote}")
+
+
+def _chaos(scenario: Path, runs: Path, image: str, env: dict[str, str] | None = None, topology: Path = RING8,
+           keep: bool = False) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(scenario), "--topology", str(topology),
+                           "--backend", "docker", "--image", image, "--runs-dir", str(runs), "--seed", "1", "--json",
+                           *(["--keep"] if keep else [])], capture_output=True, text=True, cwd=REPO, timeout=1500,
                           env={**os.environ, **(env or {})})  # fmt: skip
 
 
@@ -60,10 +70,15 @@ def _doc(done: subprocess.CompletedProcess[str]) -> dict:
 def test_every_fault_is_confirmed_on_docker(client: object, image: str, tmp_path: Path) -> None:
     sc = tmp_path / "every.yaml"
     sc.write_text(EVERY_FAULT)
-    done = _chaos(sc, tmp_path / "runs", image)
+    topology = tmp_path / "ring-8-remote.yaml"
+    topology.write_text(RING8_REMOTE)
+    assert RING8_REMOTE.count("class: remote") == 3
+    done = _chaos(sc, tmp_path / "runs", image, topology=topology, keep=True)
     out = _doc(done)
     try:
         assert out, done.stderr[-3000:]
+        meta = json.loads((Path(out["run_dir"]) / "meta.json").read_text())
+        kernel = meta["shaping"]["backend"] != "userspace"  # this machine: kernel-partial (tbf, iptables; no netem)
         steps = out["steps"]
         for s in steps[1:]:
             c = s["confirmed"]
@@ -74,10 +89,30 @@ def test_every_fault_is_confirmed_on_docker(client: object, image: str, tmp_path
         assert "dropped at both ends" in how["partition"] and "inside the sides still peered" in how["partition"]
         assert "a ping from" in how["pause"] and "went unanswered" in how["pause"]
         assert "the links check on the link: rtt pass" in how["link_change"]
+        # the new rate is measured, not the old one left in the kernel (nor the lower of two limiters)
+        assert not kernel or "rate pass" in how["link_change"], how["link_change"]
+        shaped = {(e["why"], e["link"], e["node"]): e for e in out["link_shapes"]}
+        for end in ("n07", "n08"):  # the node's shaper has the userspace part alone: no rate, no loss twice
+            e = shaped["link_change", 6, end]
+            assert e["shape"] == {"delay_ms": 40.0, "jitter_ms": 3.0, "loss_pct": 0.2, "rate_mbit": 40.0,
+                                  "queue_limit_pkts": 100}, e  # fmt: skip
+            assert e["userspace"] == ({"delay_ms": 40.0, "jitter_ms": 3.0} if kernel else e["shape"]), e
+            assert not kernel or e["kernel"]["rate"].startswith("kernel: tbf"), e
+        if kernel:  # each end given a new interface had its kernel part applied again: the healed link, n03's two
+            assert {("link_up", 3, "n04"), ("link_up", 3, "n05"), ("restart", 1, "n03"),
+                    ("restart", 2, "n03")} <= set(shaped), sorted(shaped)  # fmt: skip
+            # and measures so: the rate of the links the partition and the restart gave new interfaces
+            checks = check_run(Path(out["run_dir"]).name, client=client, runs_dir=tmp_path / "runs",
+                               options=CheckOptions(metrics=("rate",), transfer_s=1.0), links=["2", "3"])
+            for c in checks:
+                print("links check", c.link, c.got, c.checks)
+            assert [c.link for c in checks] == ["2", "3"] and all(c.passed for c in checks), [c.checks for c in checks]
         assert "dropped" in how["adversary"]
         assert 4.0 <= steps[1]["confirmed"]["latency_s"] <= 15.0  # noticed through the 5 s peer timeout
         assert out["invalid_steps"] == [] and done.returncode in (0, 1), done.stderr[-3000:]
     finally:
+        if out.get("run_dir"):  # --keep left it up for the links check: down as `snekbed down` does
+            DockerBackend(client).down(Path(out["run_dir"]).name)  # type: ignore[arg-type]
         left = left_behind(client, Path(out["run_dir"]).name) if out.get("run_dir") else ""
     assert not left, left
 
