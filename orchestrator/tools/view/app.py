@@ -9,6 +9,7 @@ Routes, both modes:
 ``GET /api/node/{name}``   one node: state, peers, routing table, counters (``?t=`` in replay)
 ``GET /api/summary``       replay: window, faults, verdict series, pings, change times
 ``GET /api/live``          live: server-sent events, one ``frame`` event per poll (>= 1 per second)
+``GET /api/pings?since=N`` live: pings number N on (a frame repeats only the last few hundred)
 =========================  ======================================================================
 
 Live sources are polled by one :class:`LiveHub` task, however many pages are open; each page's
@@ -147,6 +148,14 @@ def build_live_app(hub: LiveHub) -> Starlette:
         _, frame = await hub.next_frame(0)
         return JSONResponse(frame)
 
+    async def api_pings(request: Request) -> Response:
+        raw = request.query_params.get("since", "0")
+        try:
+            since = int(raw)
+        except ValueError:
+            return _error(400, f"since={raw!r}: expected a ping number (an integer)")
+        return JSONResponse({"pings": source.pings_since(since)})
+
     async def api_node(request: Request) -> Response:
         try:
             return JSONResponse(await source.node_detail(request.path_params["name"]))
@@ -166,5 +175,5 @@ def build_live_app(hub: LiveHub) -> Starlette:
 
     return Starlette(routes=[
         Route("/", page), Route("/api/graph", api_graph), Route("/api/frame", api_frame),
-        Route("/api/node/{name}", api_node), Route("/api/live", api_live),
+        Route("/api/node/{name}", api_node), Route("/api/live", api_live), Route("/api/pings", api_pings),
     ])

@@ -6,10 +6,17 @@
 * :class:`InprocLive` reads an in-process network's routers directly (``snekbed sim --clock
   real --view``); the run reports its faults with :meth:`InprocLive.fault`.
 
-Both answer :meth:`frame` (``orchestrator.tools.view.frames.frame_doc`` plus the faults so far) and
-:meth:`node_detail` (the node's ``/state``, its routing table and counters). Times are
-``time.monotonic()`` for Docker (the clock of the run's actions and events) and the network's
+Both answer :meth:`frame` (``orchestrator.tools.view.frames.frame_doc`` plus the faults and the pings so far),
+:meth:`pings_since` and :meth:`node_detail` (the node's ``/state``, its routing table and counters). Times are
+``time.monotonic()`` for Docker (the clock of the run's actions, events and pings) and the network's
 own clock in process.
+
+Pings, as replay draws them (a dot at the time the ping was sent, delivered or lost): on Docker, the lines the
+orchestrator appends to the run's ``pings.jsonl`` (``snekbed ping``, ``kill-root``, ``chaos``, ``demo``: each
+written once its outcome is known, with the time it was sent); in process, every router's ``ping_result``
+event as it happens (sent at the event's time less the round trip when delivered; a lost ping at the time its
+timeout expired, since the event does not say when it was sent). A frame carries the count so far and the last
+:data:`RECENT_PINGS`; a page that missed more asks :meth:`pings_since`.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import httpx
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from contract.links import LINK_TYPE_NAMES
+
 from orchestrator.backends.docker_observe import AdminClient, AdminError
 from orchestrator.backends.inproc import InprocNetwork, SimNode
 from orchestrator.tools.monitoring import NODE_METRICS_PORT
@@ -32,7 +41,9 @@ from orchestrator.tools.view.frames import GraphInfo, NodeState, frame_doc, link
 if TYPE_CHECKING:  # the Docker SDK loads with the backend: `snekbed sim --view` needs no docker extra
     from orchestrator.backends.docker import DockerBackend
 
-__all__ = ["LiveSource", "DockerLive", "InprocLive", "CONTAINER_STATUS"]
+__all__ = ["LiveSource", "DockerLive", "InprocLive", "PingLog", "CONTAINER_STATUS", "RECENT_PINGS"]
+
+RECENT_PINGS = 200  # pings a live frame repeats (the page asks /api/pings?since=N for more)
 
 # the engine's container State -> the page's node status
 CONTAINER_STATUS = {"running": "up", "paused": "paused", "exited": "dead", "dead": "dead", "created": "absent",
@@ -45,10 +56,34 @@ class LiveSource(Protocol):
     mode: str
 
     async def frame(self) -> dict[str, Any]:
-        """The network now: a frame document with ``faults`` (every fault so far, oldest first)."""
+        """The network now: a frame document with ``faults`` (every fault so far, oldest first) and
+        :meth:`PingLog.doc`'s keys."""
+
+    def pings_since(self, n: int) -> list[list[Any]]:
+        """Pings number ``n`` on, as ``[number, t, delivered]``."""
 
     async def node_detail(self, name: str) -> dict[str, Any]:
         """One node now. Raises KeyError for an unknown name."""
+
+
+class PingLog:
+    """Ping outcomes in the order they came, numbered from 0: ``(t sent, delivered)``."""
+
+    def __init__(self) -> None:
+        self.pings: list[tuple[float, bool]] = []
+        self.delivered = 0
+
+    def add(self, t: float, delivered: bool) -> None:
+        self.pings.append((round(t, 4), delivered))
+        self.delivered += delivered
+
+    def since(self, n: int) -> list[list[Any]]:
+        return [[i, t, ok] for i, (t, ok) in enumerate(self.pings[max(0, n):], start=max(0, n))]
+
+    def doc(self) -> dict[str, Any]:
+        """A live frame's ping keys: ``pings_n`` (so far), ``pings_ok`` (delivered so far), ``pings_recent``."""
+        return {"pings_n": len(self.pings), "pings_ok": self.delivered,
+                "pings_recent": self.since(len(self.pings) - RECENT_PINGS)}
 
 
 def _peered(graph: GraphInfo, states: Mapping[str, Mapping[str, Any] | None]) -> set[frozenset[str]]:
@@ -85,6 +120,8 @@ class DockerLive:
         self.admin = AdminClient(endpoints, timeout_s=2.0)
         self.log = FaultLog({link_id(a, b) for a, b, _ in graph.links})
         self.tail = ActionsTail(run.path / "actions.jsonl")
+        self.pings_tail = ActionsTail(run.path / "pings.jsonl")
+        self.pings = PingLog()
         self._http = httpx.Client(timeout=2.0, trust_env=False)
 
     def close(self) -> None:
@@ -97,6 +134,11 @@ class DockerLive:
                 self.log.feed(action)
             except (KeyError, TypeError, ValueError):
                 continue  # a malformed line does not stop the live view; replay reports it with its line number
+        for ping in self.pings_tail.read():
+            try:
+                self.pings.add(float(ping["sent_mono_s"]), bool(ping["received"]))
+            except (KeyError, TypeError, ValueError):
+                continue
         t = time.monotonic()
         containers = self.backend.containers(self.run_id)
         status = {n: CONTAINER_STATUS.get(str((containers.get(n) or {}).get("State")), "absent")
@@ -110,10 +152,15 @@ class DockerLive:
         frame = frame_doc(t, self.graph, states, cut=self.log.cut, peered=_peered(self.graph, docs))
         frame["unreachable"] = sorted(n for n in running if docs.get(n) is None)
         frame["faults"] = [f.to_dict() for f in self.log.faults]
+        frame.update(self.pings.doc())
         return frame
 
     async def frame(self) -> dict[str, Any]:
-        return await trio.to_thread.run_sync(self._poll)
+        # abandoned on cancel (Ctrl-C): the page stops now, not after the admin APIs' 2 s timeouts
+        return await trio.to_thread.run_sync(self._poll, abandon_on_cancel=True)
+
+    def pings_since(self, n: int) -> list[list[Any]]:
+        return self.pings.since(n)
 
     def _detail(self, name: str) -> dict[str, Any]:
         if name not in self.graph.keys:
@@ -157,6 +204,17 @@ class InprocLive:
         self.log = FaultLog({link_id(a, b) for a, b, _ in graph.links})
         # a backend that pauses or adds nodes later says so; by default a node is up or dead
         self.status_of = status_of or (lambda _name, sn: "up" if sn.alive else "dead")
+        self.pings = PingLog()
+        inner = net.on_event  # the run's own observer keeps every event it had
+
+        def tee(node: SimNode, kind: str, fields: dict[str, Any], now: float) -> None:
+            if kind == "ping_result":
+                ok, rtt_ms = bool(fields.get("received")), fields.get("rtt_ms")
+                self.pings.add(now - rtt_ms / 1000.0 if ok and rtt_ms is not None else now, ok)
+            if inner is not None:
+                inner(node, kind, fields, now)
+
+        net.on_event = tee
 
     def fault(self, action: str, target: str | None = None, detail: Mapping[str, Any] | None = None,
               now: float | None = None) -> None:
@@ -187,7 +245,21 @@ class InprocLive:
         states, docs = self._states()
         frame = frame_doc(self.net.now, self.graph, states, cut=self.log.cut, peered=_peered(self.graph, docs))
         frame["faults"] = [f.to_dict() for f in self.log.faults]
+        frame.update(self.pings.doc())
         return frame
+
+    def pings_since(self, n: int) -> list[list[Any]]:
+        return self.pings.since(n)
+
+    def _peer(self, name: str, p: Mapping[str, Any]) -> dict[str, Any]:
+        """A peer as a Docker node's ``/state`` has it: its link type by name (``class``), its topology class."""
+        other = self.graph.label(p["key"])
+        out = {k: v for k, v in p.items() if k != "link_type"}
+        out.update(name=other, **{"class": LINK_TYPE_NAMES.get(p.get("link_type"), str(p.get("link_type")))})
+        classes = [c for a, b, c in self.graph.links if {a, b} == {name, other}]
+        if classes:
+            out["link_class"] = classes[0]
+        return out
 
     async def node_detail(self, name: str) -> dict[str, Any]:
         if name not in self.graph.keys:
@@ -200,7 +272,7 @@ class InprocLive:
         counters = {" ".join(map(str, k)): v for k, v in sn.router.counters.items()}
         return {**out, "status": "up", "state": doc, "root": self.graph.label(doc["root"]["key"]),
                 "parent": self.graph.label(doc["parent"]), "descending": self.graph.label(doc["descending"]),
-                "peers": [{**p, "name": self.graph.label(p["key"])} for p in doc["peers"]],
+                "peers": [self._peer(name, p) for p in doc["peers"]],
                 "routes": {"source": "the router's table", "entries": [
                     {**r, "origin": self.graph.label(r["key"])} for r in sn.router.routes(self.net.now)]},
                 "counters": dict(sorted(counters.items()))}
