@@ -142,4 +142,5 @@ def check_summary(timeline: Timeline) -> dict[str, Any]:
     end = timeline.at(timeline.t_end - 1e-6)
     return {"run_id": timeline.run_id, "nodes": len(timeline.graph.nodes), "t_start": timeline.t_start,
             "t_end": timeline.t_end, "faults": [f.to_dict() for f in timeline.faults], "series": timeline.series(),
+            "dumps": [{k: v for k, v in d.to_dict().items() if k != "nodes"} for d in timeline.dumps],
             "roots_at_end": end["roots"], "skipped": timeline.skipped_count}

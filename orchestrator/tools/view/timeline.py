@@ -12,6 +12,9 @@ and add links and nodes. Times are the run's ``mono_s`` (one clock for events an
 computed incrementally (only the changed node is re-checked, the whole graph only when the
 live topology changes), so a 250-node run with 50 000 event lines loads in about a second.
 
+A chaos run whose step failed also has flight-recorder dumps (``recorder/``): :attr:`Timeline.dumps`
+(``orchestrator.tools.view.recorder``) places them on the run's clock, and the summary lists them.
+
 A broken ``meta.json`` or ``topology.json`` raises :class:`TimelineError` naming the file and
 field; a bad event line is skipped, counted and reported with its file, line and reason
 (``contract.dataset.validate_event``, the pipeline's own check), never silently dropped.
@@ -33,6 +36,7 @@ from contract.dataset import validate_event
 
 from orchestrator.tools.view.faults import NODE_DOWN, Fault, FaultLog, pair
 from orchestrator.tools.view.frames import GraphInfo, NodeState, frame_doc, link_id
+from orchestrator.tools.view.recorder import Dump, read_dumps
 
 __all__ = ["Timeline", "TimelineError", "Fault", "ROUTE_WINDOW_S"]  # Fault: re-exported from .faults
 
@@ -95,6 +99,7 @@ class Timeline:
         self._topo_times: list[float] = []
         self._topo_states: list[tuple[frozenset[frozenset[str]], frozenset[frozenset[str]]]] = []
         self._load()
+        self.dumps: list[Dump] = read_dumps(path, self._skip)
         self._series = self._compute_series()
 
     @classmethod
@@ -392,10 +397,12 @@ class Timeline:
         }
 
     def summary(self) -> dict[str, Any]:
-        """What the replay page loads once: the window, the faults, the verdict series, pings, change times."""
+        """What the replay page loads once: the window, the faults, flight-recorder dumps, the verdict series,
+        pings, change times."""
         return {
             "t_start": self.t_start, "t_end": self.t_end,
             "faults": [f.to_dict() for f in self.faults],
+            "dumps": [d.to_dict() for d in self.dumps],
             "series": self._series,
             "pings": [[round(p["t"], 4), p["received"]] for p in self.pings],
             "changes": [round(t, 4) for t in self.change_times()],
