@@ -42,7 +42,7 @@ LAZY_BOUNDARIES: dict[str, tuple[frozenset[str], str, str]] = {
     "orchestrator.chaos.engine": (
         frozenset({"orchestrator.backends.docker", "orchestrator.chaos.docker_backend", "orchestrator.backends.image",
                    "orchestrator.backends.image_reference", "orchestrator.backends.swarm",
-                   "orchestrator.chaos.swarm_backend"}),
+                   "orchestrator.chaos.swarm_backend", "orchestrator.chaos.docker_mobile"}),
         "docker",
         "`snekbed chaos` on the in-process backend works without the docker extra; the Docker chaos backend "
         "(and the image build, which imports the SDK) loads for --backend docker or swarm",
