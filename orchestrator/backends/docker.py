@@ -256,6 +256,8 @@ class DockerBackend:
                 api.connect_container_to_network(cid, net_ids[ln.net.name], ipv4_address=ln.net.members[launch.name])
             if launch.lan_ip is not None and plan.lan is not None:
                 api.connect_container_to_network(cid, net_ids[plan.lan.name], ipv4_address=launch.lan_ip)
+            for net_name, ip in launch.radio_ips.items():  # a radio's segment: peerings made as the nodes move
+                api.connect_container_to_network(cid, net_ids[net_name], ipv4_address=ip)
             with ENDPOINT_CHANGES:
                 api.start(cid)
         except docker.errors.APIError as exc:

@@ -53,6 +53,7 @@ __all__ = [
     "LinkNet",
     "AddressPlan",
     "plan_addresses",
+    "radio_carriers",
     "taken_subnets",
     "host_routes",
     "network_lock",
@@ -164,13 +165,16 @@ class AddressPlan:
     lan: Subnet | None
     links: list[LinkNet]
     host_nodes: tuple[str, ...] = ()  # nodes run outside Docker: no control address, no container
+    #: each radio's shared segment (docs/mobility.md, "On Docker"): its carriers' addresses, by radio name
+    radios: dict[str, Subnet] = field(default_factory=dict)
 
     def is_host(self, node: str) -> bool:
         return node in self.host_nodes
 
     def networks(self) -> list[Subnet]:
-        """Control first, then the LAN segment, then the links in index order."""
-        return [self.control, *([self.lan] if self.lan else []), *(ln.net for ln in self.links)]
+        """Control first, then the LAN segment, then the links in index order, then the radios' segments."""
+        return [self.control, *([self.lan] if self.lan else []), *(ln.net for ln in self.links),
+                *self.radios.values()]
 
     def control_ip(self, node: str) -> str:
         return self.control.members[node]
@@ -196,15 +200,20 @@ class AddressPlan:
             "host_nodes": list(self.host_nodes),
             "links": [{"index": ln.index, "a": ln.a, "b": ln.b, "class": ln.link_class, "subnet": ln.net.subnet,
                        "ip_a": ln.ip_a, "ip_b": ln.ip_b, "network": ln.net.name} for ln in self.links],
+            **({"radios": {name: {"subnet": r.subnet, "network": r.name, "nodes": r.members}
+                           for name, r in self.radios.items()}} if self.radios else {}),
         }
 
 
 def network_name(run_id: str, role: str, index: int | None = None) -> str:
-    """``snekbed-<run>-ctl``, ``snekbed-<run>-lan``, ``snekbed-<run>-l<index>``."""
+    """``snekbed-<run>-ctl``, ``snekbed-<run>-lan``, ``snekbed-<run>-l<index>``, ``snekbed-<run>-r<index>`` (the
+    index-th radio's segment)."""
     if role == "control":
         return f"snekbed-{run_id}-ctl"
     if role == "lan":
         return f"snekbed-{run_id}-lan"
+    if role == "radio":
+        return f"snekbed-{run_id}-r{index}"
     return f"snekbed-{run_id}-l{index}"
 
 
@@ -240,7 +249,10 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
     if multicast:
         sizes.append(2 ** (32 - _prefix_for(len(multicast), MIN_CONTROL_PREFIX)))
     sizes += [2 ** (32 - LINK_PREFIX)] * len(topology.links)
-    block_size = 2 ** math.ceil(math.log2(sum(sizes)))
+    carriers = radio_carriers(topology)
+    radio_sizes = {name: 2 ** (32 - _prefix_for(len(members), LINK_PREFIX)) for name, members in carriers.items()}
+    sizes += list(radio_sizes.values())
+    block_size = 2 ** math.ceil(math.log2(_aligned_end(sizes)))
     if block_size > pool_net.num_addresses:
         raise AddressPoolExhausted(pool, block_size, f"the pool has only {pool_net.num_addresses} addresses")
     taken = list(taken)
@@ -256,6 +268,7 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
 
     def carve(size: int) -> Net:
         nonlocal cursor
+        cursor = -(-cursor // size) * size  # a subnet starts on a multiple of its size
         net = ipaddress.IPv4Network((cursor, 32 - int(math.log2(size))))
         cursor += size
         return net
@@ -270,7 +283,24 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
     for i, link in enumerate(topology.links):
         net = subnet(network_name(run_id, "link", i), "link", carve(2 ** (32 - LINK_PREFIX)), [link.a, link.b])
         links.append(LinkNet(i, link.a, link.b, link.link_class, net))
-    return AddressPlan(run_id, str(block), control, lan, links, host_nodes)
+    radios = {name: subnet(network_name(run_id, "radio", k), "radio", carve(radio_sizes[name]), members)
+              for k, (name, members) in enumerate(carriers.items())}  # fmt: skip
+    return AddressPlan(run_id, str(block), control, lan, links, host_nodes, radios)
+
+
+def _aligned_end(sizes: Iterable[int]) -> int:
+    """The addresses subnets of ``sizes`` (powers of two) take carved in that order, each on a multiple of its size."""
+    end = 0
+    for size in sizes:
+        end = -(-end // size) * size + size
+    return end
+
+
+def radio_carriers(topology: Topology) -> dict[str, list[str]]:
+    """Each radio's carriers (docs/mobility.md): the nodes it names, else every node with a position or a
+    mobility model, in the topology's order."""
+    placed = [n.name for n in topology.nodes if n.position is not None or n.mobility is not None]
+    return {name: [n for n in placed if r.nodes is None or n in r.nodes] for name, r in (topology.radios or {}).items()}
 
 
 def host_routes(path: str = "/proc/net/route") -> list[Net]:
@@ -336,6 +366,9 @@ def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
         if (ln := links.get(net.name)) is not None:
             labels.update({LABEL_LINK: str(ln.index), "snekbed.a": ln.a, "snekbed.b": ln.b,
                            "snekbed.class": ln.link_class})
+        radio = next((name for name, r in plan.radios.items() if r.name == net.name), None)
+        if radio is not None:
+            labels["snekbed.radio"] = radio
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=net.subnet, gateway=net.gateway)])
         try:
             extra = {"attachable": True, "scope": "swarm"} if driver == "overlay" else {}

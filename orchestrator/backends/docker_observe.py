@@ -121,6 +121,18 @@ class AdminClient:
             raise AdminError(f"{node}: POST {path} answered {resp.status_code}: {resp.text.strip()[:300]}")
         return resp.json()
 
+    def delete(self, node: str, path: str) -> dict[str, Any] | None:
+        """``DELETE path`` on ``node``: the JSON answer, None for 404 (nothing there). Raises AdminError."""
+        try:
+            resp = self._http.delete(self._url(node, path))
+        except httpx.HTTPError as exc:
+            raise AdminError(f"{node}: DELETE {path} failed: {exc}") from exc
+        if resp.status_code == 404:
+            return None
+        if resp.status_code // 100 != 2:
+            raise AdminError(f"{node}: DELETE {path} answered {resp.status_code}: {resp.text.strip()[:300]}")
+        return resp.json()
+
     def ping(self, node: str, key_hex: str, *, mode: str = "snek", count: int = 1,
              timeout_s: float = 5.0) -> dict[str, Any]:
         """``POST /ping`` on ``node`` towards ``key_hex``; returns {sent, received, rtt_ms, hops}. Raises AdminError."""

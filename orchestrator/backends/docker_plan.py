@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import shlex
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ __all__ = [
     "peer_params",
     "link_shape",
     "link_alias",
+    "radio_query",
     "node_args",
     "implementation_of",
     "unapplied_shaping",
@@ -100,6 +101,8 @@ class NodeLaunch:
     links: list[LinkNet]
     lan_ip: str | None = None
     implementation: Implementation = "snekbed"  # "reference": the reference node, in the reference image
+    #: its address on each radio's segment it is on: network name -> address (docs/mobility.md, "On Docker")
+    radio_ips: dict[str, str] = field(default_factory=dict)
 
     @property
     def admin(self) -> str:
@@ -197,8 +200,21 @@ def plan_launches(topology: Topology, plan: AddressPlan, *, run_id: str, seed: i
             else:
                 args += ["--inbound", f"tcp://{ln.net.subnet if by_name else ln.net.members[peer]}?{query}"]
         lan_ip = plan.lan.members.get(spec.name) if plan.lan is not None else None
-        launches[spec.name] = NodeLaunch(spec.name, key, plan.control_ip(spec.name), args, links, lan_ip, impl)
+        radio_ips: dict[str, str] = {}
+        for radio, seg in plan.radios.items():
+            if spec.name in seg.members:  # peerings come and go as the nodes move (backends.docker_mobility)
+                args += ["--inbound", f"tcp://{seg.subnet}?{radio_query(topology, radio)}"]
+                radio_ips[seg.name] = seg.members[spec.name]
+        launches[spec.name] = NodeLaunch(spec.name, key, plan.control_ip(spec.name), args, links, lan_ip, impl,
+                                         radio_ips)
     return launches
+
+
+def radio_query(topology: Topology, radio: str) -> str:
+    """The peer/inbound URI query of ``radio``'s links: its class, with the whole shape applied by the node's
+    transport (a radio's segment is shared: the kernel cannot shape one pair on it)."""
+    cls = topology.radios[radio].link_class or radio
+    return peer_params(cls, userspace_part(resolve_class(cls, topology.classes or None).shape, "userspace"))
 
 
 def implementation_of(spec: NodeSpec) -> Implementation:

@@ -28,6 +28,7 @@ from node.config import HostPort
 from node.core.variants import VariantSpec
 from node.httpserve import serve_app
 
+from orchestrator.backends.docker_net import radio_carriers
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, SimNode
 from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
 from orchestrator.chaos.inproc_backend import InprocChaos
@@ -133,7 +134,7 @@ def make_backend(sc: Scenario, topology: Topology | None, options: ChaosOptions)
     factory = BACKENDS.get(options.backend)
     if factory is None:
         raise ChaosSetupError(f"unknown backend {options.backend!r} (known: {', '.join(BACKENDS)})")
-    if topology is not None and options.backend != "inproc" and (
+    if topology is not None and options.backend not in ("inproc", "docker") and (
             moving := mobility_refusal(topology.radios, f"snekbed chaos --backend {options.backend}")) is not None:
         raise ChaosSetupError(f"scenario {sc.name}: {moving}")
     require_hostable(sc, topology, options)
@@ -298,11 +299,13 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
     from orchestrator.backends.image import build_node_image, build_prometheus_image
     from orchestrator.backends.image_reference import ReferenceImageError, build_reference_image
     from orchestrator.chaos.docker_backend import DockerChaos
+    from orchestrator.chaos.docker_mobile import MobileDockerChaos
     from orchestrator.chaos.swarm_backend import SwarmChaos
 
     full = full_topology(topology, sc).with_variant(o.variant)
-    if not full.links:
+    if not full.links and not full.radios:
         raise ChaosSetupError(f"scenario {sc.name}: nothing to run on Docker (no links)")
+    world = _docker_world(sc, topology or full, full, o) if full.radios else None
     hosts = {n.name for n in full.nodes if n.host}
     for i, step in enumerate(sc.steps):
         if isinstance(step, HOST_REFUSED) and step.target in hosts:
@@ -340,10 +343,34 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
                                         reference_image=reference_image)  # fmt: skip
         chaos.metrics = metrics
         return chaos
-    return DockerChaos(full, run, image=image, seed=o.seed, backend=backend, keep=o.keep,
-                       prometheus_image=prometheus_image if o.monitoring else None, metrics=metrics,
-                       removal=o.removal, start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab,
-                       reference_image=reference_image)
+    kw: dict[str, Any] = dict(image=image, seed=o.seed, backend=backend, keep=o.keep,
+                              prometheus_image=prometheus_image if o.monitoring else None, metrics=metrics,
+                              removal=o.removal, start_stopped=start_stopped, start_unlinked=start_unlinked, ab=o.ab,
+                              reference_image=reference_image)  # fmt: skip
+    if world is not None:  # nodes that move: their radio peerings made and closed as they do (docs/mobility.md)
+        classes = {r.name: resolve_class(r.link_class, full.classes or None) for r in world.radios}
+        return MobileDockerChaos(full, run, world=world, radio_classes=classes, **kw)
+    return DockerChaos(full, run, **kw)
+
+
+def _docker_world(sc: Scenario, topology: Topology, full: Topology, o: ChaosOptions) -> Any:
+    """The movement of a Docker run of ``full`` (a topology with radios; its traces read where ``topology``'s file
+    is), or ChaosSetupError for what Docker cannot move yet: faults (MOVING_DOCKER_STEPS), host nodes and Pinecone
+    reference nodes on a radio."""
+    from orchestrator.chaos.docker_mobile import MOVING_DOCKER_STEPS
+
+    bad = [f"steps[{i}] ({st.action})" for i, st in enumerate(sc.steps) if st.action not in MOVING_DOCKER_STEPS]
+    if bad:
+        raise ChaosSetupError(f"scenario {sc.name}: on Docker, nodes that move take no fault yet: {', '.join(bad[:5])} "
+                              f"(steps there: {', '.join(MOVING_DOCKER_STEPS)}; faults with radios run in process: "
+                              "--backend inproc)")
+    on_radio = {n for members in radio_carriers(full).values() for n in members}
+    odd = sorted(n.name for n in full.nodes if n.name in on_radio and (n.host or n.variant_spec().implementation
+                                                                        == "reference"))
+    if odd:
+        raise ChaosSetupError(f"scenario {sc.name}: {', '.join(odd)}: a host node or a Pinecone reference node cannot "
+                              "be on a radio on Docker (its peerings are made through snekbed's admin API)")
+    return build_world(full, o.seed, read_traces(topology))
 
 
 # ---------------------------------------------------------------------- the run

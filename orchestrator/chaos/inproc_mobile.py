@@ -23,7 +23,6 @@ when they were sent (``mobility.delivery`` in the report).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,24 +33,14 @@ from contract.links import LinkClass
 
 from orchestrator.backends.inproc_mobility import MobilityLog, RadioLinks
 from orchestrator.chaos.inproc_backend import InprocChaos
-from orchestrator.chaos.steps import Mobility
-from orchestrator.chaos.targets import TargetError
-from orchestrator.model.mobility import GroupMember, Mover, Shifted, Static
-from orchestrator.model.mobility_change import change_rng, member_mover, model_mover, respeed
-from orchestrator.model.mobility_spec import GroupSpec, StaticSpec, World, region_mover
+from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
+from orchestrator.model.mobility_spec import World
 from orchestrator.model.topology import Topology
 
-__all__ = ["MobileInprocChaos", "mobility_meta"]
+__all__ = ["MobileInprocChaos", "mobility_meta"]  # mobility_meta: orchestrator.chaos.mobility_steps
 
 
-def mobility_meta(world: World) -> dict[str, Any]:
-    """``meta.json``'s ``mobility`` key for a run moving ``world`` (contract.dataset)."""
-    return {"model": world.model, "tick_s": world.tick_s, "duration_s": world.duration_s,
-            "radios": {r.name: {"range_m": r.range_m, "class": r.link_class, "hysteresis": r.hysteresis}
-                       for r in world.radios}}  # fmt: skip
-
-
-class MobileInprocChaos(InprocChaos):
+class MobileInprocChaos(MovementSteps, InprocChaos):
     """InprocChaos whose topology's nodes move (``world``; ``radio_classes``: each radio's link class)."""
 
     moves = True
@@ -59,11 +48,7 @@ class MobileInprocChaos(InprocChaos):
     def __init__(self, topology: Topology, *, world: World, radio_classes: Mapping[str, LinkClass],
                  **kw: Any) -> None:  # fmt: skip
         super().__init__(topology, **kw)
-        self.world = world
-        self.node_specs: dict[str, Any] = {n.name: n.mobility or StaticSpec(model="static") for n in topology.nodes}
-        self.group_specs = dict(topology.movement.groups) if topology.movement is not None else {}
-        self.refs: dict[str, Mover] = dict(world.refs)
-        self._changes_of: Counter[str] = Counter()
+        self.init_movement(topology, world)
         self.sides: dict[str, int] | None = None  # a partition's groups: radio links between them are kept cut
         self.apart: set[frozenset[str]] = set()  # pairs a link_down keeps apart
         log = None
@@ -155,79 +140,6 @@ class MobileInprocChaos(InprocChaos):
                 return True  # joined by radio only: no fixed link to make
         return await super().link_up(a, b, link_class)
 
-    # ------------------------------------------------------------------ the mobility step
-
-    async def mobility(self, step: Any) -> str | None:
-        assert isinstance(step, Mobility)
-        said: list[str] = []
-        t = self.radio.mover_time(self.net.now)
-        try:
-            if step.group is not None and step.speed_mps is not None:
-                said.append(self._group_speed(step.group, step.speed_mps, t))
-            for name in step.nodes:
-                said.append(self._change_node(name, step, t))
-        except ValueError as exc:
-            raise TargetError(str(exc)) from None
-        if said:
-            self.radio.move_now()
-        if step.movement == "stop":
-            said.append("movement stopped" if self.radio.halt() else "movement was not running")
-        elif step.movement == "start":
-            for_s = step.for_s if step.for_s is not None else self.world.duration_s
-            said.append(f"movement started for {for_s:g} s" if self.radio.resume(for_s) else "movement was running")
-        await self.sleep(0)
-        return "; ".join(said)
-
-    def _rng(self, who: str) -> Any:
-        self._changes_of[who] += 1
-        return change_rng(self.seed, who, self._changes_of[who])
-
-    def _group_speed(self, group: str, speed: tuple[float, float], t: float) -> str:
-        old = self.refs[group]
-        spec = respeed(self.group_specs[group], speed)
-        new = Shifted(region_mover(spec, self._rng(f"group:{group}"), old.position(t)), t)
-        for mover in self.radio.movers.values():
-            if isinstance(mover, GroupMember) and mover.reference is old:
-                mover.reference = new
-        self.refs[group], self.group_specs[group] = new, spec
-        return f"group {group} at {_speed(speed)}"
-
-    def _change_node(self, name: str, step: Mobility, t: float) -> str:
-        if name not in self.radio.movers:
-            raise ValueError(f"{name} has no position and no mobility model: it is on no radio")
-        spec = self.node_specs[name]
-        at = step.position if step.position is not None else self.radio.where(name)
-        if step.model is not None:
-            new_spec, mover = step.model, model_mover(step.model, at, t, self._rng(name))
-            what = step.model.model
-        elif step.speed_mps is not None and isinstance(spec, GroupSpec):
-            if step.position is not None:
-                raise ValueError(f"{name} is a group member: its position comes from its group's reference point")
-            new_spec = respeed(spec, step.speed_mps)
-            mover = member_mover(self.radio.movers[name], new_spec, t, self._rng(name))
-            what = f"wandering at {_speed(step.speed_mps)}"
-        elif step.speed_mps is not None:
-            new_spec = respeed(spec, step.speed_mps)
-            mover, what = model_mover(new_spec, at, t, self._rng(name)), f"at {_speed(step.speed_mps)}"
-        else:
-            new_spec, mover, what = StaticSpec(model="static"), Static(at), "standing"
-        self.radio.replace(name, mover)
-        self.node_specs[name] = new_spec
-        where = f" from ({at[0]:.1f}, {at[1]:.1f})" if step.position is not None or what == "standing" else ""
-        return f"{name} {what}{where}"
-
-    # ------------------------------------------------------------------ what the checker reads
-
-    def moved_since(self, since: float) -> set[str]:
-        recent = {n for n, t in self.radio.changed_at.items() if t > since}
-        if not recent:
-            return set()
-        out: set[str] = set()
-        for comp in nx.connected_components(self.live_graph()):
-            if comp & recent:
-                out |= comp
-        return out
-
     def _start_ping(self, a: str, b: str, mode: str, now: float, timeout_s: float, background: bool = False) -> bool:
         ok = super()._start_ping(a, b, mode, now, timeout_s, background)
         if ok and background:
@@ -259,7 +171,3 @@ def _pairs(fixed: list[tuple[str, str]], radio: list[tuple[str, str, str]]) -> l
             seen.add(frozenset((a, b)))
             out.append((a, b))
     return out
-
-
-def _speed(speed: tuple[float, float]) -> str:
-    return f"{speed[0]:g} m/s" if speed[0] == speed[1] else f"{speed[0]:g}-{speed[1]:g} m/s"

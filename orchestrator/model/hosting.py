@@ -53,11 +53,11 @@ def require_in_process(specs: Mapping[str, VariantSpec], backend: str = "inproc"
 
 def mobility_refusal(radios: Iterable[str], what: str) -> str | None:
     """None when the topology declares no ``radios``; else why ``what`` (``--backend docker``, ``snekbed chaos``,
-    ...) cannot run it: only the in-process runs (``snekbed sim``, ``up --backend inproc``, ``chaos --backend inproc``)
-    move nodes yet (docs/mobility.md)."""
+    ...) cannot run it: only ``snekbed sim``, ``up --backend inproc`` and ``chaos`` (in process, and on Docker
+    without faults) move nodes yet (docs/mobility.md)."""
     names = sorted(radios)
     if not names:
         return None
-    return (f"the topology's nodes move and are linked by radios ({', '.join(names)}): only the in-process run moves "
-            f"them yet (snekbed sim, snekbed up --backend inproc, snekbed chaos --backend inproc; docs/mobility.md), "
-            f"not {what}")
+    return (f"the topology's nodes move and are linked by radios ({', '.join(names)}): only these runs move "
+            f"them yet (snekbed sim, snekbed up --backend inproc, snekbed chaos --backend inproc|docker; "
+            f"docs/mobility.md), not {what}")

@@ -1,0 +1,95 @@
+"""The Docker chaos backend for a topology whose nodes move (docs/mobility.md, "On Docker").
+
+:class:`MobileDockerChaos` is :class:`~orchestrator.chaos.docker_backend.DockerChaos` with the topology's movement
+running on the wall clock from the moment the run is up (orchestrator.backends.docker_mobility.DockerRadioLinks:
+radio peerings made and closed through the nodes' admin APIs as the radio graph says), the ``mobility`` step and
+what the checker reads while nodes move (orchestrator.chaos.mobility_steps). Its live graph is the fixed links' and
+the radio links made. A scenario on it has no fault steps yet (the engine refuses them: see
+:data:`MOVING_DOCKER_STEPS`): faults and radio peerings do not meet on Docker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import trio
+
+from contract.links import LinkClass
+
+from orchestrator.backends.docker_mobility import DockerRadioLinks
+from orchestrator.backends.radio_links import MobilityLog
+from orchestrator.chaos.docker_backend import DockerChaos
+from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
+from orchestrator.model.mobility_spec import World
+from orchestrator.model.runs import RunDir
+from orchestrator.model.topology import Topology
+
+__all__ = ["MOVING_DOCKER_STEPS", "MobileDockerChaos"]
+
+#: the steps a scenario with radios may have on Docker (no faults yet)
+MOVING_DOCKER_STEPS = ("wait", "check", "traffic", "note", "mobility")
+
+
+class MobileDockerChaos(MovementSteps, DockerChaos):
+    """DockerChaos whose topology's nodes move (``world``; ``radio_classes``: each radio's link class)."""
+
+    def __init__(self, topology: Topology, run: RunDir, *, world: World, radio_classes: Mapping[str, LinkClass],
+                 **kw: Any) -> None:  # fmt: skip
+        super().__init__(topology, run, **kw)
+        self.init_movement(topology, world)
+        self.radio_classes = dict(radio_classes)
+        self.radio: DockerRadioLinks | None = None  # type: ignore[assignment]  # made once the run is up
+        self._moving: trio.CancelScope | None = None
+
+    async def start(self, nursery: trio.Nursery | None = None) -> None:
+        await super().start(nursery)
+        assert self.plan is not None and self._admin is not None and nursery is not None
+        log = MobilityLog(Path(self.run.path), self.run.run_id, time.time() - time.monotonic())
+        self.run.update_meta(mobility=mobility_meta(self.world))
+        self.radio = DockerRadioLinks(self.world, self.radio_classes, log, topology=self.topology, plan=self.plan,
+                                      admin=self._admin, available=lambda n: n in self._live())  # fmt: skip
+        self.radio.start()
+        self._moving = trio.CancelScope()
+        nursery.start_soon(self._move, self._moving)
+        while self.radio.busy:  # the links in range at the start made before the scenario's first step
+            await trio.sleep(0.05)
+
+    async def _move(self, scope: trio.CancelScope) -> None:
+        assert self.radio is not None
+        with scope:
+            await self.radio.run()
+
+    async def stop(self) -> None:
+        await self._stop_moving()
+        await super().stop()
+
+    async def abort(self, exc: BaseException) -> None:
+        await self._stop_moving()
+        await super().abort(exc)
+
+    async def _stop_moving(self) -> None:
+        if self.radio is None:
+            return
+        self.radio.halt()
+        if self._moving is not None:
+            self._moving.cancel()
+        live = sorted(self._live())
+        made = set(self.radio.made_links())
+        peered = await trio.to_thread.run_sync(self.radio.peered_now, live)
+        self.report["mobility"] = {**self.radio.report(), "moved_s": round(self.radio.moved_s(), 3),
+                                   "components": nx.number_connected_components(self.live_graph()),
+                                   "peered_at_end": {"made": len(made), "peered": len(peered),
+                                                     "missing": sorted(map(list, made - peered))[:10],
+                                                     "extra": sorted(map(list, peered - made))[:10]}}  # fmt: skip
+        if self.radio.log is not None:
+            self.radio.log.close()
+
+    def live_graph(self) -> nx.Graph:
+        g = super().live_graph()
+        if self.radio is not None:
+            g.add_edges_from((a, b) for a, b, _ in self.radio.made_links() if a in g and b in g)
+        return g
