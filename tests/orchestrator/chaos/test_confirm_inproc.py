@@ -19,9 +19,10 @@ import trio.testing
 from orchestrator.chaos.backend import PLANT_ENV
 from orchestrator.chaos.checker import Reconvergence, evaluate
 from orchestrator.chaos.inproc_backend import InprocChaos
+from orchestrator.chaos.nemesis import random_scenario
 from orchestrator.chaos.runner import run_scenario
 from orchestrator.chaos.scenario import Scenario, parse_scenario_yaml
-from orchestrator.model.generators import ring
+from orchestrator.model.generators import preferential, ring
 from orchestrator.model.topology import Topology
 from tests.ci import REPO
 
@@ -172,6 +173,49 @@ def test_a_convergence_after_its_bound_is_slow_with_the_time_it_took() -> None:
     assert not inv["reconverged_within_bound"]["ok"]
     assert inv["reconverged_within_bound"]["detail"].startswith(f"slow: re-converged {rc['took_s']:.2f} s after")
     assert out["slow_steps"] == [1] and out["stuck_steps"] == [] and step["verdict"] == "fail"
+
+
+#: a 600-node AS-like graph: `snekbed generate preferential --nodes 600 --mean-degree 2 --seed 1` (a tree of 407
+#: leaves around a few hubs, diameter 16): a partition leaves the rest in a hundred or more components
+AS_600 = preferential(600, 2, 1)
+
+
+def _random_prefix(steps: int) -> Scenario:
+    """The first ``steps`` steps of `snekbed chaos --random 30 --seed 1` on AS_600 (its wait, a restart, the first
+    partition and its heal): replayed with the same seed, they run as in the 30-fault run."""
+    full = random_scenario(AS_600, 30, 1)
+    return Scenario.model_validate({**full.model_dump(), "steps": [st.model_dump() for st in full.steps[:steps]]})
+
+
+@pytest.mark.slow
+def test_a_heal_of_many_components_on_a_600_node_as_like_graph_is_slow_with_the_time_it_took() -> None:
+    """The partition cuts 156 nodes off and leaves 162 components; the heal merges them, the tree within a few
+    seconds and the snake 88.8 s after the fault, past its 64.0 s bound but within three: slow, failing its bound
+    alone (about 20 s of wall time)."""
+    out = _run(AS_600, _random_prefix(4), seed=1)
+    part, heal = out["steps"][2], out["steps"][3]
+    assert part["action"] == "partition" and part["components"] >= 100, part["components"]
+    rc = heal["reconvergence"]
+    assert heal["action"] == "heal" and rc["pace"] == "slow", heal
+    assert rc["bound_s"] < rc["took_s"] < rc["horizon_s"] == pytest.approx(3 * rc["bound_s"], 0.01), rc
+    bad = {k: v["detail"] for k, v in heal["invariants"].items() if not v["ok"]}
+    assert list(bad) == ["reconverged_within_bound"] and bad["reconverged_within_bound"].startswith("slow:"), bad
+    assert heal["tree_converged_s"] < 15.0 < heal["snake_converged_s"] == pytest.approx(rc["took_s"], abs=1e-3)
+    assert out["slow_steps"] == [3] and out["stuck_steps"] == [] and out["failed_steps"] == [3]
+
+
+@pytest.mark.slow
+def test_a_planted_stall_on_a_600_node_as_like_graph_is_stuck() -> None:
+    """The same graph with the highest key never accepting a bootstrap (test-only switch): the snake cannot close,
+    and a kill's step is watched for three bounds and found stuck (about 20 s of wall time)."""
+    sc = _scenario("  - {action: kill, target: n499}\n")
+    out = _run(AS_600, sc, seed=1, planted_bug="stall")
+    step = out["steps"][0]
+    rc = step["reconvergence"]
+    assert rc["pace"] == "stuck" and rc["took_s"] is None and rc["horizon_s"] == pytest.approx(3 * rc["bound_s"], 0.01)
+    assert step["invariants"]["reconverged_within_bound"]["detail"].startswith("stuck: not re-converged within")
+    assert not step["invariants"]["snake_ordered"]["ok"] and step["confirmed"]["ok"] is True
+    assert out["stuck_steps"] == [0] and out["slow_steps"] == [] and out["verdict"] == "fail"
 
 
 class _Unmeasured(InprocChaos):
