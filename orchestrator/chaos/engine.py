@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from importlib import resources
@@ -42,6 +43,7 @@ from orchestrator.model.mobility_spec import build_world
 from orchestrator.model.runs import create_run, new_run_id, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
+from orchestrator.sessions.progress import Snapshot, Watch
 from orchestrator.tools.monitoring import RunMetrics, serve_metrics
 from orchestrator.tools.view.app import LiveHub, build_live_app
 from orchestrator.tools.view.frames import GraphInfo
@@ -92,6 +94,8 @@ class ChaosOptions:
     view_at: HostPort | None = None
     removal: DeferredRemoval | None = None
     pinecone_src: Path | None = None
+    #: watches an in-process run while it works (the progress line: orchestrator.sessions.progress)
+    watch: Watch | None = None
 
 
 @dataclass
@@ -111,6 +115,8 @@ class PreparedRun:
     live: Callable[[], InprocLive] | None = None
     #: the run's event trace, hashed as it happens (``trace_sha256``: orchestrator.chaos.trace), where it can be
     trace: TraceHash | None = None
+    #: the run now, for a progress line, given the phase it is in (in process: its network's counters)
+    snapshot: Callable[[str], Snapshot] | None = None
 
 
 #: (scenario, topology, options) -> the prepared run: how one kind of backend is made
@@ -242,6 +248,8 @@ def _inproc(sc: Scenario, topology: Topology | None, o: ChaosOptions) -> Prepare
         report=report,  # no wall-clock figure: the document is a function of inputs and seed
         live=lambda: _inproc_live(backend, sc, topology, run_id),
         trace=trace,
+        snapshot=lambda phase: Snapshot(phase, backend.net.now, backend.net.frames_delivered,
+                                        backend.net.queued_events, judged=False),
     )  # fmt: skip
 
 
@@ -382,6 +390,29 @@ def execute(sc: Scenario, topology: Topology | None, options: ChaosOptions | Non
     ``run_dir``. ``progress(step_record)`` is called after each step."""
     o = options or ChaosOptions()
     prepared = make_backend(sc, topology, o)
+    phase = ["starting"]
+    if o.watch is not None and prepared.snapshot is not None:
+        progress = _phases(phase, progress)
+        snapshot = prepared.snapshot
+        watching: AbstractContextManager[Any] = o.watch(lambda: snapshot(phase[0]))
+    else:
+        watching = nullcontext()
+    with watching:
+        return _execute(prepared, sc, o, progress)
+
+
+def _phases(phase: list[str], progress: Progress | None) -> Progress:
+    """``progress``, also keeping in ``phase[0]`` which step the run is past (for the progress line)."""
+
+    def each(rec: dict[str, Any]) -> None:
+        phase[0] = f"past step #{rec['index']} {rec['action']}"
+        if progress is not None:
+            progress(rec)
+
+    return each
+
+
+def _execute(prepared: PreparedRun, sc: Scenario, o: ChaosOptions, progress: Progress | None) -> dict[str, Any]:
     server = None
     if o.metrics_at is not None:
         prepared.metrics = prepared.metrics or RunMetrics(prepared.run_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from orchestrator.chaos.scenario import Scenario, ScenarioError, load_scenario, 
 from orchestrator.chaos.shrink import shrink
 from orchestrator.cli.options import BadInput, address_option
 from orchestrator.model.topology import Topology, TopologyError
+from orchestrator.sessions.progress import ProgressLine
 from orchestrator.model.topology_loaders import load_topology
 
 #: EXIT_CODES (orchestrator.chaos.repeat's): the run's verdict -> the exit code: 0 pass, 1 fail, 3 invalid (a fault
@@ -92,12 +94,15 @@ __all__ = ["EXIT_CODES", "chaos"]
               help="with --shrink: at most this many reruns")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--list", "list_only", is_flag=True, help="list the shipped scenarios and exit")
+@click.option("--quiet", is_flag=True, help="in process: no progress line on stderr")
+@click.option("--progress-every", "progress_every_s", type=click.FloatRange(min=0.05), default=None,
+              help="in process: seconds between two progress lines on stderr [default: 5; a terminal's display: 0.5]")
 def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: int, random_n: int | None,
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
           write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
           prometheus_image: str | None, metrics_at: str | None, view_at: str | None, pinecone_src: Path | None,
           as_json: bool, list_only: bool, boot_spread_s: float, repeat_n: int | None, shrink: bool,
-          shrink_out: Path | None, shrink_runs: int) -> None:  # fmt: skip
+          shrink_out: Path | None, shrink_runs: int, quiet: bool, progress_every_s: float | None) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
     _modes(scenario, repeat_n, shrink, shrink_out, view_at)
     if monitoring and backend != "docker":  # swarm too: Prometheus sits on one engine's control network
@@ -128,7 +133,8 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
     options = ChaosOptions(backend=backend, seed=seed, variant=variant, record=record, runs_dir=runs_dir, image=image,
                            keep=keep, clock=clock, boot_spread_s=boot_spread_s, monitoring=monitoring,
                            prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
-                           pinecone_src=pinecone_src)  # fmt: skip
+                           pinecone_src=pinecone_src,
+                           watch=None if quiet else partial(ProgressLine, every_s=progress_every_s))  # fmt: skip
     try:
         if shrink:
             assert scenario is not None

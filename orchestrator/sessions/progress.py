@@ -19,13 +19,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-__all__ = ["PLAIN_EVERY_S", "ProgressLine", "Snapshot", "format_line", "resident_bytes"]
+__all__ = ["PLAIN_EVERY_S", "ProgressLine", "Snapshot", "Watch", "format_line", "resident_bytes"]
 
 #: seconds between two plain lines (a terminal's display is redrawn every TTY_EVERY_S)
 PLAIN_EVERY_S = 5.0
@@ -43,6 +44,11 @@ class Snapshot:
     tree_s: float | None = None  # the tree converged this long after the phase's start (None: not yet)
     snake_s: float | None = None
     gives_up_at_s: float | None = None  # the protocol time at which this phase stops waiting (None: no bound)
+    judged: bool = True  # False: the run does not track convergence itself (a chaos run: its steps say it)
+
+
+#: makes the context that watches a run while it works, given how to read the run (a ProgressLine)
+Watch = Callable[[Callable[[], "Snapshot | None"]], AbstractContextManager[Any]]
 
 
 def resident_bytes() -> int:
@@ -75,6 +81,8 @@ def _duration(s: float) -> str:
 
 
 def _convergence(snap: Snapshot) -> str:
+    if not snap.judged:
+        return ""
     if snap.snake_s is not None:
         return f"converged (tree {snap.tree_s:.1f} s, snake {snap.snake_s:.1f} s)"
     if snap.tree_s is not None:
@@ -92,8 +100,9 @@ def format_line(snap: Snapshot, prev: Snapshot | None, dt_wall: float, wall_s: f
              + (f" ({pace:.2f} s/s)" if pace is not None else ""),
              f"frames {_si(snap.frames)}" + (f" ({_si(fps)}/s)" if fps is not None else ""),
              f"queued {_si(snap.queued)}",
-             f"RSS {rss / 2**30:.2f} GiB",
-             _convergence(snap)]
+             f"RSS {rss / 2**30:.2f} GiB"]
+    if conv := _convergence(snap):
+        parts.append(conv)
     if snap.gives_up_at_s is not None and snap.snake_s is None and pace:
         parts.append(f"gives up within ~{_duration((snap.gives_up_at_s - snap.protocol_s) / pace)} at this pace")
     return " | ".join(parts)
@@ -138,7 +147,7 @@ class ProgressLine:
         if self._rich is not None:
             self._rich.stop()
         snap = self.read()
-        if snap is not None:
+        if snap is not None and (self.lines or self._rich is not None):  # a run too short for a line: none at all
             wall = time.monotonic() - self._t0
             state = "done" if ok else "stopped"
             self._write(f"{state} after {_duration(wall)}: protocol time {snap.protocol_s:.1f} s, "

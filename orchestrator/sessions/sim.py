@@ -12,7 +12,7 @@ import math
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 import random
 import time
 from dataclasses import dataclass, field
@@ -42,7 +42,7 @@ from orchestrator.model.observe import HOP_CONVENTION, ConvergenceTracker, NodeV
 from orchestrator.backends.inproc_record import RunRecorder
 from orchestrator.model.record import new_run_id, versions
 from orchestrator.model.topology import Topology
-from orchestrator.sessions.progress import Snapshot
+from orchestrator.sessions.progress import Snapshot, Watch
 from orchestrator.tools.view.app import LiveHub, build_live_app
 from orchestrator.tools.view.frames import GraphInfo
 from orchestrator.tools.view.live import InprocLive
@@ -452,10 +452,6 @@ class _Sim:
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
-
-
-#: makes the context that watches a run while it works, given how to read the run (a ProgressLine)
-Watch = Callable[[Callable[[], Snapshot]], AbstractContextManager[Any]]
 
 
 async def run_sim(cfg: SimConfig, progress: Callable[[str, float], None] | None = None,

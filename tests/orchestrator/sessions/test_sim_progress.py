@@ -27,11 +27,13 @@ def test_the_progress_line_is_on_stderr_never_in_the_json_and_quiet_turns_it_off
     out = json.loads(loud.stdout)  # the whole of stdout is the one document
     lines = loud.stderr.splitlines()
     periodic = [ln for ln in lines if PERIODIC in ln and not ln.startswith("done after")]
-    assert lines and lines[-1].startswith("done after"), loud.stderr
-    assert f"protocol time {out['protocol_time_s']:.1f} s" in lines[-1]
-    # a line every 0.2 s of a run that worked for at least a second: the thread wrote while the run worked
+    # a line every 0.2 s of a run that works for over a second (248 nodes, a root kill: 2 s here, more when loaded);
+    # the last says how it ended (a run too short for a periodic line writes none)
     if out["wall_s"] >= 1.0:
-        assert len(periodic) >= 1, loud.stderr
+        assert periodic, loud.stderr
+    if periodic:
+        assert lines[-1].startswith("done after"), loud.stderr
+        assert f"protocol time {out['protocol_time_s']:.1f} s" in lines[-1]
     for ln in periodic:
         assert "frames" in ln and "queued" in ln and "RSS" in ln and "GiB" in ln, ln
 
