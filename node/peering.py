@@ -100,6 +100,7 @@ class Dialer:
     changed: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     kick: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)  # redial now (admin)
     kicked: bool = False
+    attempt: trio.CancelScope | None = None  # the connect in flight, which a redial now starts over
 
 
 class Peering:
@@ -151,20 +152,24 @@ class Peering:
             with d.scope:
                 while not host.stopping:
                     d.attempts += 1
-                    try:
-                        stream = await self._connector(spec)(spec.host, spec.port, t.dial_s)
-                    except (OSError, trio.TooSlowError) as exc:
-                        host.counters.dial_failures += 1
-                        d.last_error = f"dial failed: {type(exc).__name__}: {exc}"
-                        log.debug("dial %s: %s", spec.uri, d.last_error)
-                    else:
+                    stream = None
+                    with trio.CancelScope() as d.attempt:  # cancelled by redial_now: dialled over at once
+                        try:
+                            stream = await self._connector(spec)(spec.host, spec.port, t.dial_s)
+                        except (OSError, trio.TooSlowError) as exc:
+                            host.counters.dial_failures += 1
+                            d.last_error = f"dial failed: {type(exc).__name__}: {exc}"
+                            log.debug("dial %s: %s", spec.uri, d.last_error)
+                    d.attempt = None
+                    if stream is not None:
                         started = trio.current_time()
                         d.last_error = await self.run_stream(stream, d.spec.link, d.spec.uri, d)
                         if trio.current_time() - started >= STABLE_S:
                             backoff = t.backoff_min_s
                     d.changed.unpark_all()
-                    with trio.move_on_after(backoff * self._rng.uniform(0.8, 1.2)):
-                        await d.kick.park()
+                    if not d.kicked:  # a redial asked while this attempt ran goes at once
+                        with trio.move_on_after(backoff * self._rng.uniform(0.8, 1.2)):
+                            await d.kick.park()
                     if d.kicked:  # POST /peers/redial: the path is back, dial now and start the backoff over
                         d.kicked = False
                         backoff = t.backoff_min_s
@@ -192,12 +197,16 @@ class Peering:
             raise ConfigError(what, spec.uri, why)
 
     def redial_now(self) -> int:
-        """Wake every dialer that is waiting out its backoff: it dials at once. Returns how many were woken."""
+        """Every dialer not peered dials at once: one waiting out its backoff is woken, one whose connect is in
+        flight starts it over (an attempt begun while the path was down can hang until its dial timeout: a SYN
+        lost where the link was cut). Returns how many."""
         n = 0
         for d in self.dialers:
             if d.port is None:
                 d.kicked = True
                 d.kick.unpark_all()
+                if d.attempt is not None:
+                    d.attempt.cancel()
                 n += 1
         return n
 

@@ -278,6 +278,33 @@ async def test_a_peering_that_lasted_10_s_resets_the_backoff(autojump_clock: tri
     assert node.counters.disconnects == {"eof": 1}
 
 
+async def test_a_redial_starts_a_connect_in_flight_over(autojump_clock: trio.testing.MockClock) -> None:
+    """POST /peers/redial while a connect hangs (its SYN lost where the link was cut: it would wait out the 5 s dial
+    timeout and then the backoff) dials again at once; one asked during a failing attempt skips the backoff."""
+    attempts: list[float] = []
+
+    async def blackhole_then_refuse(host: str, port: int, timeout_s: float) -> trio.abc.Stream:
+        attempts.append(trio.current_time())
+        if len(attempts) == 1:
+            with trio.fail_after(timeout_s):
+                await trio.sleep_forever()
+        raise OSError(111, "Connection refused")
+
+    node = _node(connect=blackhole_then_refuse, rng=random.Random(5))
+    spec = PeerSpec("tcp://peer:7000", "peer", 7000, LinkSpec())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.peering.run, [spec])
+        [d] = node.peering.dialers
+        await trio.sleep(2.0)  # the first connect hangs
+        assert attempts == [0.0] and d.attempt is not None
+        assert node.peering.redial_now() == 1
+        while len(attempts) < 2:
+            await d.changed.park()
+        nursery.cancel_scope.cancel()
+    assert attempts == [0.0, 2.0]  # not 5 s (the dial timeout) and a backoff later
+    assert node.counters.dial_failures == 1  # the refusal; the cancelled attempt is no failure
+
+
 # ---------------------------------------------------------------- peer teardown (§3.7)
 
 
