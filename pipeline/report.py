@@ -1,44 +1,41 @@
-"""The report: report.md, report.html and PNG plots (matplotlib Agg canvas, no pyplot state).
+"""The report: report.md, report.html and PNG plots.
 
 ``collect_inputs`` reads the (small) result tables and aggregates what the
 plots need in Spark (``gather``: a table's rows that the driver already holds are
-only sorted there); ``plots`` draws the plots and ``render`` turns all of it
-into file contents without touching the disk (``pipeline.tables.write_files`` writes
-them). Plots: convergence time
-CDF, stretch histogram, delivery over time with disruptions marked, overhead by
-link class; with A/B runs, one figure per experiment (``ab_<n>_<name>.png``: per
-metric, both arms' distributions side by side with each seed's pair joined) and an
-"A/B" section. ``plots.json`` lists the data behind every plot.
+only sorted there); ``plots`` (pipeline.report_plots) draws the plots and ``render``
+turns all of it into file contents without touching the disk
+(``pipeline.tables.write_files`` writes them). The report's words, its clock and
+each table's and figure's caption, are pipeline.report_text's. With A/B runs, one
+figure per experiment (``ab_<n>_<name>.png``) and an "A/B" section.
+``plots.json`` lists the data behind every plot.
 """
 
 from __future__ import annotations
 
 import html
-import io as _bytes_io
 import json
-import math
-import re
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from matplotlib.figure import Figure
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from contract.frames import CONTROL_FRAME_TYPE_NAMES
 from pipeline import parallel, schemas, tables
 from pipeline.jobs.compare import GROUPINGS
 from pipeline.jobs.episodes import EPISODE_ACTIONS
+from pipeline.report_plots import PLOTS, STRETCH_BIN, Plots, ab_figure, ab_plot_name, plots
+from pipeline.report_text import (
+    ALL_CONTROL, CLOCK_TEXT, FRAME_TYPE_WHAT, NO_PATH, RUN_CLOCK, TABLE_TEXT, TRAFFIC, comparison_text,
+    figure_captions,
+)  # fmt: skip
 
-__all__ = ["ReportInputs", "gather", "collect_inputs", "plots", "render", "PLOTS", "ab_plot_name"]
-
-PLOTS = ("convergence_cdf.png", "stretch_hist.png", "delivery_over_time.png", "overhead_by_class.png")
-STRETCH_BIN = 0.1
+__all__ = ["ReportInputs", "gather", "collect_inputs", "plots", "render", "PLOTS", "Plots", "ab_plot_name"]
 
 
 @dataclass
@@ -111,6 +108,20 @@ def _disruptions(t: Reader) -> DataFrame:
                                  ).orderBy("run_id", "t_rel_s")
 
 
+def _overhead(t: Reader) -> DataFrame:
+    """Frames and bytes sent per node-second by link class and frame type, the mean over the runs with that class and
+    type; and per link class its control types summed within each run, then averaged (frame_type ``ALL_CONTROL``;
+    a run's types share its node-seconds on the class, so their rates add up)."""
+    sent = t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'")
+    rates = ("frames_per_node_s", "bytes_per_node_s")
+    by_type = sent.groupBy("link_class", "frame_type").agg(*(F.mean(c).alias(c) for c in rates))
+    per_run = sent.where(F.col("frame_type").isin(*CONTROL_FRAME_TYPE_NAMES)).groupBy("run_id", "link_class").agg(
+        *(F.sum(c).alias(c) for c in rates))
+    total = per_run.groupBy("link_class").agg(*(F.mean(c).alias(c) for c in rates)).select(
+        "link_class", F.lit(ALL_CONTROL).alias("frame_type"), *rates)
+    return by_type.unionByName(total).orderBy("link_class", F.col("frame_type") == ALL_CONTROL, "frame_type")
+
+
 #: The report's aggregates: name -> its small Spark query over the result tables (see ``gather``).
 _AGGREGATES: dict[str, Callable[[Reader], DataFrame]] = {
     "quarantine_by_reason": lambda t: t("quarantine", schemas.QUARANTINE_SCHEMA).groupBy(
@@ -121,10 +132,7 @@ _AGGREGATES: dict[str, Callable[[Reader], DataFrame]] = {
     "stretch_hist": lambda t: t("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA).where(
         F.col("stretch").isNotNull()).groupBy(
         (F.floor(F.col("stretch") / STRETCH_BIN + 1e-9) * STRETCH_BIN).alias("bin")).count().orderBy("bin"),
-    "overhead": lambda t: t("overhead_by_class", schemas.OVERHEAD_CLASS_SCHEMA).where("direction = 'sent'").groupBy(
-        "link_class", "frame_type").agg(F.mean("frames_per_node_s").alias("frames_per_node_s"),
-                                        F.mean("bytes_per_node_s").alias("bytes_per_node_s")
-                                        ).orderBy("link_class", "frame_type"),
+    "overhead": _overhead,
     "churn": lambda t: t("churn_by_node", schemas.CHURN_NODE_SCHEMA).groupBy("run_id").agg(
         F.sum("root_changes").alias("root_changes"), F.sum("parent_changes").alias("parent_changes"),
         F.count("*").alias("nodes")).orderBy("run_id"),
@@ -179,145 +187,7 @@ def collect_inputs(spark: SparkSession, out: str | Path, reconciliation: list[di
     return ReportInputs(reconciliation=reconciliation, compare=compared, ab=dict(ab or {}), **rows)
 
 
-# --------------------------------------------------------------------------- plots
-
-
-def _figure(width: float, height: float):
-    fig = Figure(figsize=(width, height))
-    return fig, fig.subplots()
-
-
-def _png(fig: Figure) -> bytes:
-    buf = _bytes_io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _empty(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
-
-
-def _convergence_cdf(convergence: list[dict], data: dict) -> bytes:
-    fig, ax = _figure(7, 4)
-    for kind in ("tree", "snake"):
-        values = sorted(r[f"{kind}_converged_s"] for r in convergence if r[f"{kind}_converged_s"] is not None)
-        data[kind] = values
-        if values:
-            ax.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post",
-                    label=f"{kind} ({len(values)} episodes)")
-    if not data["tree"] and not data["snake"]:
-        _empty(ax, "converged episodes")
-    ax.set_xlabel("convergence time after start / disruption (s)")
-    ax.set_ylabel("fraction of episodes")
-    ax.set_title("Convergence time CDF")
-    ax.grid(alpha=0.3)
-    if data["tree"] or data["snake"]:
-        ax.legend(loc="lower right")
-    return _png(fig)
-
-
-def _stretch_hist(stretch_hist: list[dict], data: dict) -> bytes:
-    fig, ax = _figure(7, 4)
-    bins = [(r["bin"], r["count"]) for r in stretch_hist]
-    data["bins"] = bins
-    if bins:
-        ax.bar([b for b, _ in bins], [c for _, c in bins], width=STRETCH_BIN * 0.9, align="edge")
-    else:
-        _empty(ax, "delivered pings")
-    ax.set_xlabel("stretch = path links / shortest-path links")
-    ax.set_ylabel("pings")
-    ax.set_title("Stretch of delivered pings")
-    ax.grid(alpha=0.3, axis="y")
-    return _png(fig)
-
-
-def _delivery_over_time(timeline: list[dict], disruptions: list[dict], data: dict) -> bytes:
-    fig, ax = _figure(8, 4)
-    series: dict[tuple, list] = defaultdict(list)
-    for r in timeline:
-        series[(r["run_id"], r["mode"])].append((r["t_bin_s"], r["delivery_ratio"]))
-    data["series"] = {f"{run}/{mode}": pts for (run, mode), pts in series.items()}
-    for (run, mode), pts in sorted(series.items())[:12]:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{run} {mode}")
-    marks = [(r["t_rel_s"], r["action"]) for r in disruptions]
-    data["disruptions"] = marks
-    for i, (t, action) in enumerate(marks[:50]):
-        ax.axvline(t, color="red", linestyle="--", alpha=0.6, label="disruption" if i == 0 else None)
-        ax.annotate(action, (t, 1.02), xycoords=("data", "axes fraction"), fontsize=7, color="red", rotation=45)
-    if not series:
-        _empty(ax, "pings")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_xlabel("time since run start (s)")
-    ax.set_ylabel("delivery ratio")
-    ax.set_title("Ping delivery over time (disruptions dashed)", pad=20)
-    ax.grid(alpha=0.3)
-    if series:
-        ax.legend(fontsize=7, loc="lower left")
-    return _png(fig)
-
-
-def _overhead_by_class(overhead: list[dict], data: dict) -> bytes:
-    fig, ax = _figure(8, 4)
-    classes = sorted({r["link_class"] for r in overhead})
-    types = sorted({r["frame_type"] for r in overhead})
-    value = {(r["link_class"], r["frame_type"]): r["bytes_per_node_s"] for r in overhead}
-    data["bytes_per_node_s"] = {f"{c}/{t}": v for (c, t), v in value.items()}
-    width = 0.8 / max(1, len(types))
-    for i, ftype in enumerate(types):
-        ax.bar([j + i * width for j in range(len(classes))], [value.get((c, ftype), 0.0) for c in classes],
-               width=width, label=ftype)
-    if classes:
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(classes))], classes)
-        ax.legend(fontsize=8)
-    else:
-        _empty(ax, "frame_stats")
-    ax.set_ylabel("bytes sent per node per second")
-    ax.set_title("Control overhead by link class")
-    ax.grid(alpha=0.3, axis="y")
-    return _png(fig)
-
-
-def ab_plot_name(index: int, experiment: str) -> str:
-    """File name of the A/B figure of the ``index``-th experiment (1-based, in document order)."""
-    return f"ab_{index}_{re.sub(r'[^A-Za-z0-9_.-]+', '-', experiment).strip('-.')[:40] or 'experiment'}.png"
-
-
-def _ab_figure(experiment: str, e: Mapping, data: dict) -> bytes:
-    """Per metric with pairs: arm a's and arm b's values side by side (box plots), each seed's pair joined."""
-    metrics = {name: m for name, m in e["metrics"].items() if m["n_pairs"]}
-    data.update(experiment=experiment, a=e["a"], b=e["b"], metrics={
-        name: {"pairs": m["pairs"], "diff": m["diff"], "ci": [m["ci_low"], m["ci_high"]],
-               "significant": m["significant"], "better": m["better"], "censored": m.get("censored")}
-        for name, m in metrics.items()})  # fmt: skip
-    cols = min(4, max(1, len(metrics)))
-    rows = max(1, math.ceil(len(metrics) / cols))
-    fig = Figure(figsize=(3.2 * cols, 2.9 * rows + 0.6))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax, (name, m) in zip(flat, metrics.items()):
-        a = [p[1] for p in m["pairs"]]
-        b = [p[2] for p in m["pairs"]]
-        ax.boxplot([a, b], positions=[0, 1], widths=0.5, showfliers=False)
-        for _, va, vb in m["pairs"]:
-            ax.plot([0, 1], [va, vb], color="grey", alpha=0.5, linewidth=0.8)
-        ax.scatter([0] * len(a), a, s=12, color="tab:blue", zorder=3)
-        ax.scatter([1] * len(b), b, s=12, color="tab:orange", zorder=3)
-        ax.set_xticks([0, 1], ["a", "b"])
-        ci = "" if m["ci_low"] is None else f" [{m['ci_low']:.3g}, {m['ci_high']:.3g}]"
-        verdict = f"{m['better']} better" if m["better"] else "no significant difference"
-        if m.get("n_censored"):
-            verdict += f", {m['n_censored']} censored"
-        ax.set_title(f"{name}\nb - a = {m['diff']:.3g}{ci}\n{verdict}", fontsize=7,
-                     color="black" if not m["significant"] else "darkred")
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3, axis="y")
-    for ax in flat[len(metrics):]:
-        ax.set_axis_off()
-    if not metrics:
-        _empty(flat[0], "paired seeds")
-    fig.suptitle(f"A/B {experiment}: a = {e['a']}, b = {e['b']} ({e['seeds']} paired seeds)", fontsize=9)
-    fig.tight_layout()
-    return _png(fig)
+# --------------------------------------------------------------------------- the A/B section
 
 
 def _censored_cell(m: Mapping) -> str:
@@ -361,6 +231,12 @@ AB_TEXT = ("Runs of arm a and arm b are paired by seed (same keys, delays and fa
 # --------------------------------------------------------------------------- tables
 
 
+#: A column of a report table: a row's key, or (key, the header shown).
+Column = str | tuple[str, str]
+#: When an episode began, on the report's one clock.
+T0 = ("t0_rel_s", f"t0 ({RUN_CLOCK}, s)")
+
+
 def _fmt(v) -> str:
     if v is None:
         return "–"
@@ -369,39 +245,101 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _table(rows: list[dict], cols: list[str]) -> tuple[str, str]:
+def _table(rows: list[dict], cols: list[Column]) -> tuple[str, str]:
     """(markdown, html) of ``rows`` restricted to ``cols``."""
-    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    h = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"]
+    keys = [c if isinstance(c, str) else c[0] for c in cols]
+    heads = [c if isinstance(c, str) else c[1] for c in cols]
+    md = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(_fmt(r.get(c)) for c in keys) + " |" for r in rows]
+    h = ["<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in heads) + "</tr>"]
     for r in rows:
         cls = ' class="bad"' if r.get("ok") is False else ""
-        h.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>")
+        h.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in keys) + "</tr>")
     h.append("</table>")
     return "\n".join(md), "\n".join(h)
 
 
 @dataclass(frozen=True)
-class Plots:
-    """The plots in ``PLOTS``: file name -> PNG, and file name -> the data drawn (for plots.json)."""
+class Section:
+    """A table of the report: its title, its caption (what one row is), its rows and columns."""
 
-    png: dict[str, bytes]
-    data: dict[str, dict]
+    title: str
+    text: str
+    rows: list[dict]
+    cols: list[Column]
 
 
-def plots(inp: Mapping[str, list[dict]]) -> Plots:
-    """The plots in ``PLOTS``, drawn from the inputs convergence, stretch_hist, timeline, disruptions and
-    overhead (none of ``COMPARISON_INPUTS``; name -> rows: a ``gather`` of them; or
-    ``vars(report_inputs)``)."""
-    data: dict[str, dict] = {name: {} for name in PLOTS}
-    png = {
-        "convergence_cdf.png": _convergence_cdf(inp["convergence"], data["convergence_cdf.png"]),
-        "stretch_hist.png": _stretch_hist(inp["stretch_hist"], data["stretch_hist.png"]),
-        "delivery_over_time.png": _delivery_over_time(inp["timeline"], inp["disruptions"],
-                                                      data["delivery_over_time.png"]),
-        "overhead_by_class.png": _overhead_by_class(inp["overhead"], data["overhead_by_class.png"]),
-    }
-    return Plots(png, data)
+def _by_episode(inp: ReportInputs) -> list[dict]:
+    """Delivery per episode, each row with its episode's action and t0 (from the convergence table)."""
+    episodes = {(r["run_id"], r["episode"]): r for r in inp.convergence}
+    return [{**r, **{k: episodes.get((r["run_id"], r["episode"]), {}).get(k) for k in ("action", "t0_rel_s")}}
+            for r in inp.delivery_by_episode]  # fmt: skip
+
+
+def _sections(inp: ReportInputs) -> list[Section]:
+    """The report's tables, in order (the A/B section goes after the first)."""
+    ok = all(r["ok"] for r in inp.reconciliation)
+    total = {k: sum(r[k] for r in inp.reconciliation) for k in ("lines", "parsed", "quarantined")}
+    adds_up = (f"Every input line is parsed or quarantined: {'yes' if ok else 'NO'} ({total['lines']} lines = "
+               f"{total['parsed']} parsed + {total['quarantined']} quarantined). ")
+    delivery = [{**r, "class_mix": NO_PATH} if not r["class_mix"] and r["shortest_links"] is None else r
+                for r in inp.delivery]  # fmt: skip
+    overhead = [{**r, "what": FRAME_TYPE_WHAT.get(r["frame_type"], "")} for r in inp.overhead]
+    rates = ["frames_per_node_s", "bytes_per_node_s"]
+    out = [
+        Section("Runs", TABLE_TEXT["Runs"], inp.runs,
+                ["run_id", "backend", "variant", "topology", "n_nodes", "n_links", "class_mix", "clock", "seed"]),
+        Section("Reconciliation", adds_up + TABLE_TEXT["Reconciliation"], inp.reconciliation,
+                ["run_id", "source", "file", "lines", "parsed", "quarantined", "ok"]),
+        Section("Quarantine by reason", TABLE_TEXT["Quarantine by reason"], inp.quarantine_by_reason,
+                ["run_id", "source", "reason", "count"]),
+        Section("Quarantine examples", TABLE_TEXT["Quarantine examples"], inp.quarantine_examples,
+                ["file", "line_no", "reason", "message"]),
+        Section("Convergence", TABLE_TEXT["Convergence"], inp.convergence,
+                ["run_id", "episode", "action", "target", T0, "live_nodes", "components", "tree_converged_s",
+                 "snake_converged_s", "tree_settled_s", "snake_settled_s"]),
+        Section("Delivery per episode", TABLE_TEXT["Delivery per episode"], _by_episode(inp),
+                ["run_id", "episode", "action", T0, "sent", "received", "delivery_ratio", "stretch_mean",
+                 "stretch_median", "stretch_p95", "rtt_median_ms"]),
+        Section("Delivery and stretch by class mix, hop distance and time since disruption",
+                TABLE_TEXT["Delivery and stretch by class mix, hop distance and time since disruption"], delivery,
+                ["run_id", "mode", "class_mix", "shortest_links", "since_bucket", "sent", "received",
+                 "delivery_ratio", "stretch_median", "stretch_max"]),
+        Section("Control overhead by link class and frame type",
+                TABLE_TEXT["Control overhead by link class and frame type"],
+                [r for r in overhead if r["frame_type"] != TRAFFIC], ["link_class", "frame_type", *rates, "what"]),
+        Section("Ping traffic by link class", TABLE_TEXT["Ping traffic by link class"],
+                [r for r in overhead if r["frame_type"] == TRAFFIC], ["link_class", "frame_type", *rates, "what"]),
+        Section("Churn", TABLE_TEXT["Churn"], inp.churn, ["run_id", "nodes", "root_changes", "parent_changes"]),
+        Section("Run summary", TABLE_TEXT["Run summary"], inp.summary, list(schemas.RUN_SUMMARY_SCHEMA.fieldNames())),
+    ]
+    for by, rows in inp.compare.items():
+        cols = [by, "runs"] + [c for c in (rows[0].keys() if rows else []) if c.endswith("_mean") or c.endswith("_max")]
+        out.append(Section(f"Comparison by {by}", comparison_text(by), rows, cols))
+    return out
+
+
+def _ab_section(inp: ReportInputs, ab_plots: list[tuple[str, Mapping, str]]) -> tuple[list[str], list[str]]:
+    """(markdown lines, html parts) of the A/B section."""
+    md = ["## A/B", "", AB_TEXT, ""]
+    body = [f"<h2>A/B</h2><p>{html.escape(AB_TEXT)}</p>"]
+    for exp, e, png in ab_plots:
+        head = f"Experiment {exp}: arm a = {e['a']}, arm b = {e['b']}; {e['seeds']} paired seed(s)"
+        if e["unpaired_seeds"]:
+            head += f" (seeds with one arm only, left out: {', '.join(map(str, e['unpaired_seeds']))})"
+        t_md, t_html = _table(_ab_rows(e), AB_COLUMNS)
+        caption = (f"A/B {exp}: per metric, arm a's and arm b's values over the seeds (box: quartiles), each seed's "
+                   "pair joined by a line; a red panel title is a significant difference")
+        md += [f"### A/B {exp}", "", head + ".", "", t_md, "", f"![A/B {exp}]({png})", "", f"*{caption}.*", ""]
+        body.append(f"<h3>A/B {html.escape(exp)}</h3><p>{html.escape(head)}.</p>" + t_html
+                    + f'<figure><img src="{png}" alt="A/B {html.escape(exp)}">'
+                    f"<figcaption>{html.escape(caption)}.</figcaption></figure>")
+    return md, body
+
+
+#: Plot file -> the title of its figure in the report (the caption says what the title does not).
+FIGURE_TITLES = dict(zip(PLOTS, ("Convergence time CDF", "Stretch histogram", "Delivery over time",
+                                 "Control overhead and ping traffic by link class")))
 
 
 def render(inp: ReportInputs, drawn: Plots | None = None) -> dict[str, bytes | str]:
@@ -414,66 +352,30 @@ def render(inp: ReportInputs, drawn: Plots | None = None) -> dict[str, bytes | s
     for i, (exp, e) in enumerate(inp.ab.items(), start=1):
         name = ab_plot_name(i, exp)
         data[name] = {}
-        files[name] = _ab_figure(exp, e, data[name])
+        files[name] = ab_figure(exp, e, data[name])
         ab_plots.append((exp, e, name))
     files["plots.json"] = json.dumps(data, indent=1, default=str)
-    ok = all(r["ok"] for r in inp.reconciliation)
-    total = {k: sum(r[k] for r in inp.reconciliation) for k in ("lines", "parsed", "quarantined")}
-    sections: list[tuple[str, str, list[dict], list[str]]] = [
-        ("Runs", "", inp.runs, ["run_id", "backend", "variant", "topology", "n_nodes", "n_links", "class_mix", "clock",
-                                "seed"]),
-        ("Reconciliation", f"Every input line is parsed or quarantined: {'yes' if ok else 'NO'} "
-                           f"({total['lines']} lines = {total['parsed']} parsed + {total['quarantined']} quarantined).",
-         inp.reconciliation, ["run_id", "source", "file", "lines", "parsed", "quarantined", "ok"]),
-        ("Quarantine by reason", "", inp.quarantine_by_reason, ["run_id", "source", "reason", "count"]),
-        ("Quarantine examples", "", inp.quarantine_examples, ["file", "line_no", "reason", "message"]),
-        ("Convergence", "Per episode: the run start and each disruptive action. `converged` as the in-process "
-                        "observer measures it; `settled` = converged and stayed so until the next episode "
-                        "(– = never).", inp.convergence,
-         ["run_id", "episode", "action", "target", "t0_rel_s", "live_nodes", "components", "tree_converged_s",
-          "snake_converged_s", "tree_settled_s", "snake_settled_s"]),
-        ("Delivery per episode", "", inp.delivery_by_episode,
-         ["run_id", "episode", "sent", "received", "delivery_ratio", "stretch_mean", "stretch_median", "stretch_p95",
-          "rtt_median_ms"]),
-        ("Delivery and stretch by class mix, hop distance and time since disruption", "", inp.delivery,
-         ["run_id", "mode", "class_mix", "shortest_links", "since_bucket", "sent", "received", "delivery_ratio",
-          "stretch_median", "stretch_max"]),
-        ("Control overhead by link class (sent, mean over runs)", "", inp.overhead,
-         ["link_class", "frame_type", "frames_per_node_s", "bytes_per_node_s"]),
-        ("Churn", "", inp.churn, ["run_id", "nodes", "root_changes", "parent_changes"]),
-        ("Run summary", "", inp.summary, list(schemas.RUN_SUMMARY_SCHEMA.fieldNames())),
-    ]
-    for by, rows in inp.compare.items():
-        cols = [by, "runs"] + [c for c in (rows[0].keys() if rows else []) if c.endswith("_mean") or c.endswith("_max")]
-        sections.append((f"Comparison by {by}", "", rows, cols))
-    md = ["# snekbed analysis", "", f"{len(inp.runs)} run(s).", ""]
-    body = [f"<h1>snekbed analysis</h1><p>{len(inp.runs)} run(s).</p>"]
-    for png, title in zip(PLOTS, ("Convergence time CDF", "Stretch histogram", "Delivery over time",
-                                  "Overhead by class")):
-        md += [f"![{title}]({png})", ""]
-        body.append(f'<figure><img src="{png}" alt="{title}"><figcaption>{title}</figcaption></figure>')
-    for i, (title, text, rows, cols) in enumerate(sections):
-        t_md, t_html = _table(rows, cols)
-        md += [f"## {title}", "", text, "", t_md, ""] if text else [f"## {title}", "", t_md, ""]
-        body.append(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(text)}</p>" if text else "") + t_html)
+    md = ["# snekbed analysis", "", f"{len(inp.runs)} run(s).", "", CLOCK_TEXT, ""]
+    body = [f"<h1>snekbed analysis</h1><p>{len(inp.runs)} run(s).</p><p>{html.escape(CLOCK_TEXT)}</p>"]
+    for png, caption in figure_captions(vars(inp)).items():
+        title = FIGURE_TITLES[png]
+        md += [f"![{title}]({png})", "", f"*{title}: {caption}*", ""]
+        body.append(f'<figure><img src="{png}" alt="{title}"><figcaption><b>{html.escape(title)}</b>: '
+                    f"{html.escape(caption)}</figcaption></figure>")
+    for i, sec in enumerate(_sections(inp)):
+        t_md, t_html = _table(sec.rows, sec.cols)
+        md += [f"## {sec.title}", "", sec.text, "", t_md, ""]
+        body.append(f"<h2>{html.escape(sec.title)}</h2><p>{html.escape(sec.text)}</p>" + t_html)
         if i == 0 and ab_plots:  # the A/B result right after the runs: it is what such an analysis is for
-            md += ["## A/B", "", AB_TEXT, ""]
-            body.append(f"<h2>A/B</h2><p>{html.escape(AB_TEXT)}</p>")
-            for exp, e, png in ab_plots:
-                head = f"Experiment {exp}: arm a = {e['a']}, arm b = {e['b']}; {e['seeds']} paired seed(s)"
-                if e["unpaired_seeds"]:
-                    head += f" (seeds with one arm only, left out: {', '.join(map(str, e['unpaired_seeds']))})"
-                t_md, t_html = _table(_ab_rows(e), AB_COLUMNS)
-                md += [f"### A/B {exp}", "", head + ".", "", t_md, "", f"![A/B {exp}]({png})", ""]
-                body.append(f"<h3>A/B {html.escape(exp)}</h3><p>{html.escape(head)}.</p>" + t_html
-                            + f'<figure><img src="{png}" alt="A/B {html.escape(exp)}">'
-                            f"<figcaption>A/B {html.escape(exp)}: a vs b per metric, each seed's pair joined"
-                            "</figcaption></figure>")
+            ab_md, ab_body = _ab_section(inp, ab_plots)
+            md += ab_md
+            body += ab_body
     files["report.md"] = "\n".join(md)
     files["report.html"] = (
         "<!doctype html><html><head><meta charset='utf-8'><title>snekbed analysis</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em;font-size:13px}"
         "td,th{border:1px solid #ccc;padding:2px 6px}tr.bad{background:#fdd}img{max-width:100%}"
+        "figcaption{font-size:13px;color:#333;max-width:60em}"
         "</style></head><body>" + "\n".join(body) + "</body></html>"
     )
     return files
