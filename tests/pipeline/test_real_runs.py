@@ -18,9 +18,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.image import imread
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from pipeline import analysis, clean_files, line_reads, report, rundirs, schemas, tables
+from pipeline import analysis, clean_files, line_reads, report, report_text, rundirs, schemas, tables
 from pipeline.jobs import convergence, episodes
 from tests.conftest import REPO, TOPOLOGIES, need
 from tests.pipeline.conftest import assert_frames_equal, gen_events
@@ -56,6 +57,22 @@ def real_analysis(spark, real_runs, tmp_path_factory):
     out = tmp_path_factory.mktemp("real-analysis")
     result = analysis.analyze(spark, real_runs, out)
     return out, result
+
+
+@pytest.fixture(scope="session")
+def close_faults(spark, tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A run with many faults close together: `snekbed chaos flap --topology line-5.yaml --record RUN --json` (in
+    process: a link of the root down and up every second, five times, then a random link likewise: 20 faults, 1 s
+    apart), analyzed alone. -> (the analysis's OUT, the run, the chaos JSON document)."""
+    root = tmp_path_factory.mktemp("close-faults")
+    run = root / "flap"
+    cmd = [sys.executable, "-m", "orchestrator.cli", "chaos", "flap", "--topology",
+           str(REPO / "compose" / "topologies" / "line-5.yaml"), "--record", str(run), "--json"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = root / "analysis"
+    analysis.analyze(spark, [run], out)
+    return out, run, json.loads(proc.stdout)
 
 
 def observer(run: Path) -> dict:
@@ -129,7 +146,7 @@ def test_report_of_a_multi_run_analysis(spark, real_runs, real_analysis):
     assert len(data["convergence_cdf.png"]["snake"]) >= len(real_runs)
     assert sum(count for _, count in data["stretch_hist.png"]["bins"]) > 0
     assert data["delivery_over_time.png"]["series"] and len(data["delivery_over_time.png"]["disruptions"]) == len(real_runs)
-    assert data["overhead_by_class.png"]["bytes_per_node_s"]
+    assert data["overhead_by_class.png"]["control_bytes_per_node_s"] and data["overhead_by_class.png"]["traffic_bytes_per_node_s"]
     md = (out / "report.md").read_text()
     for run in real_runs:
         assert json.loads((run / "meta.json").read_text())["run_id"] in md
@@ -298,3 +315,154 @@ def test_a_run_whose_every_line_passes_the_fast_path_is_analyzed_in_memory(spark
                          ("convergence", schemas.CONVERGENCE_SCHEMA), ("overhead_by_node", schemas.OVERHEAD_NODE_SCHEMA)):
         assert_frames_equal(tables.read_table(spark, tmp_path / "mem", name, schema),
                             tables.read_table(spark, tmp_path / "disk", name, schema))
+
+
+# --------------------------------------------------------------------------- what the report shows (issue 29)
+
+
+def md_sections(md: str) -> dict[str, tuple[str, list[str], list[list[str]]]]:
+    """report.md's table sections: title -> (caption, header cells, rows of cells)."""
+    out = {}
+    for chunk in md.split("\n## ")[1:]:
+        title, *lines = chunk.splitlines()
+        cells = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines if line.startswith("|")]
+        caption = " ".join(line for line in lines if line and line[0] not in "|#!")
+        out[title] = (caption, cells[0], [row for row in cells[2:]])
+    return out
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _red(pixels) -> int:
+    rgb = pixels[..., :3]
+    return int(((rgb[..., 0] > 0.8) & (rgb[..., 1] < 0.65) & (rgb[..., 2] < 0.65)).sum())
+
+
+def check_fault_labels(out: Path) -> list[dict]:
+    """The faults named on delivery_over_time.png, checked from the plot's geometry (``plots.json`` layout: the boxes
+    matplotlib measured, in PNG pixels) against the PNG itself: each fault named once; no two names overlap, and none
+    overlaps the title or the plot; each name is drawn (red text in its box) beside its fault's dashed line, which
+    is drawn through the plot at that x. Returns the labels."""
+    data = json.loads((out / "plots.json").read_text())["delivery_over_time.png"]
+    layout, pixels = data["layout"], imread(out / "delivery_over_time.png")
+    height, width = pixels.shape[:2]
+    assert [width, height] == [round(v) for v in layout["size_px"]]
+    labels = layout["labels"]
+    assert sorted((m["t"], m["action"]) for m in labels) == sorted(map(tuple, data["disruptions"][:50]))
+    title, axes = layout["title"], layout["axes"]
+    assert (pixels[round(title[1]):round(title[3]), round(title[0]):round(title[2]), :3].max(axis=2) < 0.3).sum() > 20
+    for i, m in enumerate(labels):
+        box = m["box"]
+        assert 0 <= box[0] < box[2] <= width and 0 <= box[1] < box[3] <= height, m
+        assert not _overlap(box, title) and not _overlap(box, axes), (m, title, axes)
+        for other in labels[i + 1:]:
+            assert not _overlap(box, other["box"]), (m, other)
+        assert _red(pixels[round(box[1]):round(box[3]), round(box[0]):round(box[2])]) >= 10, m
+        assert 0 <= box[0] - m["x_px"] <= 6 or 0 <= m["x_px"] - box[2] <= 6, m  # it starts (or ends) at its line
+        x = round(m["x_px"])
+        assert _red(pixels[round(axes[1]):round(axes[3]), x - 1:x + 2]) > 60, m  # the dashed line, top to bottom
+    return labels
+
+
+def test_faults_are_named_on_the_delivery_plot_without_any_overlap(close_faults, real_analysis):
+    out, _, _ = close_faults
+    labels = check_fault_labels(out)
+    assert len(labels) == 20 and {m["action"] for m in labels} == {"link_down", "link_up"}
+    # close together: in one row, a name would run over the next fault's; here they take several lanes
+    by_x = sorted(labels, key=lambda m: m["x_px"])
+    assert any(b["x_px"] - a["x_px"] < a["box"][2] - a["box"][0] for a, b in zip(by_x, by_x[1:]))
+    assert len({m["lane"] for m in labels}) >= 3
+    assert [m["action"] for m in check_fault_labels(real_analysis[0])] == ["kill_root"] * len(RUNS)
+
+
+def test_control_overhead_by_frame_type_keeps_the_pings_apart(real_analysis):
+    """The report's control overhead has no ping traffic in it: the traffic frames (pings and pongs) are a table and
+    a panel of their own. Each row is the mean over the runs of the overhead_by_class table's sent rows; a class's
+    "all control" row is the mean over the runs of their control types summed."""
+    out, _ = real_analysis
+    sent = [r for r in pq.read_table(out / "tables" / "overhead_by_class").to_pylist() if r["direction"] == "sent"]
+    per_type: dict[tuple, list[float]] = {}
+    per_run: dict[tuple, float] = {}
+    for r in sent:
+        per_type.setdefault((r["link_class"], r["frame_type"]), []).append(r["bytes_per_node_s"])
+        if r["frame_type"] != "traffic":
+            per_run[(r["run_id"], r["link_class"])] = per_run.get((r["run_id"], r["link_class"]), 0.0) + r["bytes_per_node_s"]
+    mean = {k: sum(v) / len(v) for k, v in per_type.items()}
+    for cls in {c for _, c in per_run}:
+        totals = [v for (_, c), v in per_run.items() if c == cls]
+        mean[(cls, "all control")] = sum(totals) / len(totals)
+    assert {t for _, t in per_type} >= {"traffic", "tree_announcement", "bootstrap"}
+    sections = md_sections((out / "report.md").read_text())
+    shown = {}
+    for title in ("Control overhead by link class and frame type", "Ping traffic by link class"):
+        _, head, rows = sections[title]
+        assert head == ["link_class", "frame_type", "frames_per_node_s", "bytes_per_node_s", "what"]
+        shown[title] = {(r[0], r[1]): float(r[3]) for r in rows}
+    control, traffic = shown.values()
+    assert {t for _, t in traffic} == {"traffic"} and "traffic" not in {t for _, t in control}
+    assert set(control) | set(traffic) == set(mean)
+    for key, value in {**control, **traffic}.items():
+        assert value == pytest.approx(mean[key], rel=1e-3), key
+    data = json.loads((out / "plots.json").read_text())["overhead_by_class.png"]
+    assert not [k for k in data["control_bytes_per_node_s"] if k.endswith("/traffic") or k.endswith("/all control")]
+    assert data["traffic_bytes_per_node_s"] == pytest.approx({c: v for (c, t), v in mean.items() if t == "traffic"})
+    assert traffic and all(v > 0 for v in traffic.values())  # the runs' pings: counted, apart
+
+
+def test_one_clock_for_episode_times_named_in_every_table_and_plot(spark, real_analysis, close_faults):
+    """Every time of an episode in the report is on the run clock (s since the run's first node_started), named in
+    the header of each table that has one and on the delivery plot's axis; the faults marked on the plot are at the
+    Convergence table's t0; the chaos JSON names its own clock (scenario) and its origin, from which its at_s
+    converts to the run clock as the report says."""
+    for out in (real_analysis[0], close_faults[0]):
+        md = (out / "report.md").read_text()
+        assert report_text.CLOCK_TEXT in md and "t0_rel_s" not in md
+        sections = md_sections(md)
+        t0_of = {}
+        for title in ("Convergence", "Delivery per episode"):
+            _, head, rows = sections[title]
+            col = head.index("t0 (run clock, s)")
+            t0_of[title] = {(r[0], r[1]): r[col] for r in rows}
+        assert t0_of["Delivery per episode"] and t0_of["Delivery per episode"].items() <= t0_of["Convergence"].items()
+        data = json.loads((out / "plots.json").read_text())["delivery_over_time.png"]
+        assert data["clock"] == "run" and data["layout"]["x_label"] == report_text.RUN_CLOCK_AXIS
+        conv = table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)
+        assert sorted(map(tuple, data["disruptions"])) == sorted((r["t0_rel_s"], r["action"]) for r in conv if r["episode"])
+    out, _, doc = close_faults
+    assert doc["time_origin"]["clock"] == "scenario"
+    conv = table(spark, out, "convergence", schemas.CONVERGENCE_SCHEMA)
+    [zero] = [r["t0_s"] for r in conv if r["episode"] == 0]
+    faults = [r["t0_rel_s"] for r in conv if r["episode"]]
+    for step in (s for s in doc["steps"] if s["action"] == "flap"):
+        on_run_clock = step["at_s"] + doc["time_origin"]["mono_s"] - zero
+        assert min(abs(on_run_clock - t) for t in faults) <= 2e-3, (step, faults)
+
+
+def test_captions_add_to_the_titles_and_every_row_is_explained(real_analysis, close_faults):
+    """Each figure's caption says what its title does not; each table says what one of its rows is; the rows that
+    need more say it: delivery rows without a path (the flap run's pings across a cut link), the overhead rows'
+    frame types, the episodes of the delivery."""
+    no_path = []
+    for out in (real_analysis[0], close_faults[0]):
+        md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+        for title in report.FIGURE_TITLES.values():
+            [caption] = [line for line in md.splitlines() if line.startswith(f"*{title}: ")]
+            assert len(set(caption.lower().split()) - set(title.lower().split())) >= 15, caption
+            assert f'alt="{title}"><figcaption><b>{title}</b>: ' in html
+        sections = md_sections(md)
+        assert len(sections) >= 15
+        for title, (caption, _, _) in sections.items():
+            assert "row" in caption and len(set(caption.lower().split()) - set(title.lower().split())) >= 10, title
+        caption, head, rows = sections["Delivery and stretch by class mix, hop distance and time since disruption"]
+        mix, shortest = head.index("class_mix"), head.index("shortest_links")
+        assert all(r[mix] for r in rows) and report_text.NO_PATH in caption
+        no_path += [r for r in rows if r[shortest] == "–"]
+        for title in ("Control overhead by link class and frame type", "Ping traffic by link class"):
+            _, head, rows = sections[title]
+            assert rows and all(r[head.index("what")] == report_text.FRAME_TYPE_WHAT[r[1]] for r in rows), title
+        _, head, rows = sections["Delivery per episode"]
+        conv = {(r[0], r[1]): r[2] for r in sections["Convergence"][2]}
+        assert [r[head.index("action")] for r in rows] == [conv[(r[0], r[1])] for r in rows]
+    assert no_path and all(r[mix] == report_text.NO_PATH for r in no_path)
