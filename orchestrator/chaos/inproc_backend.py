@@ -120,7 +120,7 @@ class InprocChaos(ChaosBackend):
         self.on_event = None  # optional extra observer (the recorder)
         self.net.on_event = self._on_event
         # pings: (source, target key, mode, sent_at) -> result; background traffic
-        self._sent: list[tuple[str, str, str, float]] = []
+        self._sent: list[tuple[str, str, str, float, tuple[bytes, bytes]]] = []  # (a, b, mode, sent_at, their keys)
         self._results: dict[tuple[str, bytes, str, float], Any] = {}
         self._traffic: dict[str, Any] | None = None
         self._traffic_gen = 0
@@ -157,10 +157,10 @@ class InprocChaos(ChaosBackend):
             meta["ab"] = dict(self.ab)
         return RunRecorder(root, meta["run_id"], 1_700_000_000.0, meta, doc)
 
-    def _identity(self, name: str) -> Identity:
+    def _identity(self, name: str, new: bool = False) -> Identity:
         node = self.net.nodes.get(name)
-        if node is not None:
-            return node.router.identity
+        if node is not None:  # ``new``: a key of its own, from the seed, the name and the key it had
+            return Identity(derive_seed(self.seed, name, node.key)) if new else node.router.identity
         return Identity(derive_seed(self.seed, name))
 
     def record_action(self, action: str, target: str | None, detail: dict | None, at: float) -> None:
@@ -191,11 +191,10 @@ class InprocChaos(ChaosBackend):
         if rec is None or rec._closed:
             return
         self._drain_results()
-        for a, b, mode, t in self._sent:
-            res = self._outcome(a, b, mode, t) if b in self.net.nodes else None
+        for a, b, mode, t, keys in self._sent:
+            res = self._outcome(a, keys[1], mode, t)
             shortest, classes = self._ping_paths.get((a, b, mode, t), (None, []))
-            rec.ping(a, b, self._identity(a).public_key, self._identity(b).public_key, mode, t, res, shortest, None,
-                     link_classes=classes)  # fmt: skip
+            rec.ping(a, b, *keys, mode, t, res, shortest, None, link_classes=classes)
         rec.meta["nodes"] = {n: sn.key.hex() for n, sn in self.net.nodes.items()} | {
             n: k for n, k in rec.meta["nodes"].items() if n not in self.net.nodes}
         rec.finish(self.net, {"chaos": {"traffic_skipped": self.traffic_skipped}})
@@ -317,7 +316,7 @@ class InprocChaos(ChaosBackend):
             return False
         if not self.net.start_ping(a, b, mode, timeout_s):
             return False
-        self._sent.append((a, b, mode, now))
+        self._sent.append((a, b, mode, now, (sa.key, sb.key)))  # a removed node added again has a new key
         if background:
             self._background.add((a, b, mode, now))
         if self.recorder is not None:  # the shortest path as it is now, for pings.jsonl
@@ -338,8 +337,9 @@ class InprocChaos(ChaosBackend):
                     self._results[(name, r.target, r.mode, r.sent_at)] = r
                 res.clear()
 
-    def _outcome(self, a: str, b: str, mode: str, sent_at: float) -> Any:
-        return self._results.get((a, self.net.nodes[b].key, mode, sent_at))
+    def _outcome(self, a: str, b: str | bytes, mode: str, sent_at: float) -> Any:
+        """The result of ``a``'s ping of ``b`` (a node, or the key it had then) sent at ``sent_at``."""
+        return self._results.get((a, b if isinstance(b, bytes) else self.net.nodes[b].key, mode, sent_at))
 
     async def ping(self, pairs: list[tuple[str, str]], modes: tuple[str, ...], timeout_s: float) -> list[PingOutcome]:
         out: list[PingOutcome] = []
@@ -396,10 +396,10 @@ class InprocChaos(ChaosBackend):
     def traffic_samples(self) -> list[TrafficSample]:
         self._drain_results()
         out = []
-        for a, b, mode, t in self._sent:
+        for a, b, mode, t, keys in self._sent:
             if (a, b, mode, t) not in self._background:
                 continue  # the checker's own pings
-            res = self._outcome(a, b, mode, t) if b in self.net.nodes else None
+            res = self._outcome(a, keys[1], mode, t)
             ok = res is not None and res.received
             out.append(TrafficSample(t, a, b, mode, ok, res.rtt_s if ok else None))
         return out
@@ -547,7 +547,9 @@ class InprocChaos(ChaosBackend):
                        variant: VariantSpec | None = None) -> None:  # fmt: skip
         if name in self.net.nodes and self.net.nodes[name].alive:
             return
-        self._revive(name, self._identity(name), variant)
+        if name in self.removed:  # a new node (the reference's AddNode): a key of its own, and no old link made again
+            self.down.update(i for i in self._specs_of(name) if not set(self.specs[i][:2]) & set(peers))
+        self._revive(name, self._identity(name, new=name in self.removed), variant)
         for p in peers:
             if p in self.net.nodes and not self._specs_between(name, p):
                 self.specs.append((name, p, link_class, self._class_options(link_class, None)))
