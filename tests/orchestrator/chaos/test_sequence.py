@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from node.core.crypto import Identity, derive_seed
 from orchestrator.chaos.engine import ChaosOptions, execute
 from orchestrator.chaos.scenario import INVARIANTS, ScenarioError, load_scenario, parse_reference_sequence
 from orchestrator.chaos.sequence import EXTENSION_KEY
@@ -159,3 +160,37 @@ def test_any_command_the_extension_asks_a_check_for_is_checked_by_the_next_comma
     assert addpeer.wants_check() and addpeer.check_within_s == 3.0
     assert not removepeer.wants_check() and removepeer.check_within_s is None
     assert not sc.steps[0].wants_check() and sc.steps[-1].action == "check" and sc.steps[-1].reconvergence
+
+
+def test_a_node_added_again_after_its_removal_is_a_new_node_peered_only_by_later_addpeers(tmp_path: Path) -> None:
+    """The reference's AddNode makes a fresh node (simulator CreateNode: a new ed25519 key, no peer until an AddPeer
+    makes one). Carol added back after her RemoveNode has none of her old peerings (Bob, Dan) and a key of her own
+    (ours from the seed, her name and her old key); the checker after the AddNode judges her as a component of her
+    own, and the AddPeer after it links her to Bob alone. Pings to her first life keep that life's key and result."""
+    events = [*network(), {"Command": "RemoveNode", "Data": {"Name": "Carol"}}, delay(20000),
+              {**add("Carol"), EXTENSION_KEY: {"check": True}}, delay(20000), peer("AddPeer", "Carol", "Bob"),
+              delay(20000)]  # fmt: skip
+    path, run = tmp_path / "seq.json", tmp_path / "run"
+    path.write_text(json.dumps({"EventSequence": events}, indent=2))
+    out = execute(load_scenario(path), None, ChaosOptions(seed=1, record=run))
+    assert out["verdict"] == "pass", out["failed_steps"]
+    removal, readd, addpeer, end = out["steps"][-4:]
+    assert removal["action"] == "remove_node" and readd["targets"] == ["Carol"] and addpeer["action"] == "join"
+    # judged on the graph with Carol alone: six live nodes in two components, each with its own root
+    assert (readd["live_nodes"], readd["components"]) == (6, 2)
+    assert readd["invariants"]["one_root_per_component"]["detail"] == "2 component(s), one root each"
+    assert all(v["ok"] and v.get("evaluated", True) for v in readd["invariants"].values()), readd["invariants"]
+    assert readd["confirmed"]["how"] == "join Carol: Carol answers (no live neighbour to peer with)"
+    assert (end["live_nodes"], end["components"]) == (6, 1) and all(v["ok"] for v in end["invariants"].values())
+    # what Carol wrote: two lives with two keys; the second peers with Bob alone, after the AddPeer
+    log = [json.loads(line) for line in (run / "events" / "Carol.jsonl").read_text().splitlines()]
+    first, second = (e["node"] for e in log if e["event"] == "node_started")
+    assert second == Identity(derive_seed(1, "Carol", bytes.fromhex(first))).public_key.hex() != first
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["nodes"]["Carol"] == second
+    ups = [(e["mono_s"], e["peer"]) for e in log if e["event"] == "peer_up" and e["node"] == second]
+    assert [p for _, p in ups] == [meta["nodes"]["Bob"]] and ups[0][0] >= addpeer["at_s"]
+    pings = [json.loads(line) for line in (run / "pings.jsonl").read_text().splitlines()]
+    before = [p for p in pings if p["target"] == "Carol" and p["sent_mono_s"] < removal["at_s"]]
+    assert before and all(p["target_key"] == first and p["received"] for p in before)
+    assert {p["target_key"] for p in pings if p["target"] == "Carol" and p["sent_mono_s"] > readd["at_s"]} == {second}
