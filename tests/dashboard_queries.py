@@ -42,6 +42,15 @@ class Selector:
     matchers: tuple[tuple[str, str, str], ...]
     where: str
 
+    def promql(self) -> str:
+        """The selector as PromQL again: ``name{label="value",...}``."""
+        return self.name + "{" + ",".join(f"{k}{op}{json.dumps(v)}" for k, op, v in self.matchers) + "}"
+
+    @property
+    def is_counter(self) -> bool:
+        """A counter's sample (or a histogram's bucket, count or sum), by the naming convention."""
+        return re.search(r"_(total|bucket|count|sum)$", self.name) is not None
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         for label, op, value in self.matchers:
             got = labels.get(label, "")

@@ -163,8 +163,8 @@ NEMESIS_SEED = 4
 
 
 def _barbell(planted: bool = True) -> Topology:
-    return parse_yaml(BARBELL if planted else BARBELL.replace("{name: n03, knobs: {planted_bug: misroute_after_peer_loss}}",
-                                                              "n03"))  # fmt: skip
+    text = BARBELL if planted else BARBELL.replace("{name: n03, knobs: {planted_bug: misroute_after_peer_loss}}", "n03")
+    return parse_yaml(text)
 
 
 def _found_the_planted_bug(out: dict[str, Any], run_dir: Path) -> None:
@@ -191,7 +191,8 @@ def _found_the_planted_bug(out: dict[str, Any], run_dir: Path) -> None:
     assert sent_back, "the hub's dump shows no transit ping sent back out of the port it came in on"
     flows = {(x["src_key"], x["dst_key"], x["ping"]) for x in sent_back}
     dropped = {n: [x for x in rows if x["kind"] == "dropped" and x["reason"] in ("loop", "watermark")
-                   and (x["src_key"], x["dst_key"], x["ping"]) in flows] for n, rows in lines.items() if n != HUB}  # fmt: skip
+                   and (x["src_key"], x["dst_key"], x["ping"]) in flows]
+               for n, rows in lines.items() if n != HUB}  # fmt: skip
     peer = max(dropped, key=lambda n: len(dropped[n]))
     assert dropped[peer], f"no peer of the hub dropped a ping it sent back: {flows}"
     for n in live:
