@@ -148,6 +148,11 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
         click.echo(json.dumps(out, indent=1))
     else:
         t = out["traffic"]
+        if "mobility" in out:  # nodes that moved (docs/mobility.md)
+            m, w = out["mobility"], out.get("watch") or {}
+            click.echo(f"moved {m['moved_s']:g} s: radio links {m['link_ups']} up, {m['link_downs']} down"
+                       + (f"; watch: {w['readings']} readings, {w['judged_readings']} judged, {w['violations']} "
+                          "violation(s)" if w else ""))
         click.echo(f"verdict: {out['verdict']}  (background pings delivered {t['delivered']}/{t['sent']})"
                    + (f"; run directory {out['run_dir']}" if out["run_dir"] else ""))
     sys.exit(exit_code(out["verdict"]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +270,53 @@ def test_a_speed_for_a_node_without_one_fails_the_step(tmp_path: Path) -> None:
     (step,) = out["steps"]
     assert step["verdict"] == "fail" and "a static node has no speed to change" in step["detail"]
     assert math.isfinite(out["protocol_time_s"])
+
+
+GROUPS = """\
+name: hikers
+movement:
+  tick_s: 1
+  duration_s: 60
+  groups:
+    hikers: {model: random_waypoint, area_m: [200, 200], speed_mps: 0.5}
+radios:
+  bluetooth: {range_m: 15}
+nodes:
+  - {name: h1, mobility: {model: group, group: hikers, radius_m: 5}}
+  - {name: h2, mobility: {model: group, group: hikers, radius_m: 5}}
+  - {name: post, position: [0, 0]}
+"""
+
+
+def test_a_group_s_speed_moves_its_members_together(tmp_path: Path) -> None:
+    path = tmp_path / "hikers.yaml"
+    path.write_text(GROUPS)
+    run = tmp_path / "run"
+    out = _chaos(path, "name: g\ntraffic: null\nsteps:\n  - {action: mobility, group: hikers, speed_mps: 6, after_s: 20}"
+                       "\n  - {action: wait, s: 30}\n", record=run)
+    (step, _) = out["steps"]
+    assert step["detail"] == "group hikers at 6 m/s" and step["targets"] == ["group:hikers"]
+    t0 = out["time_origin"]["mono_s"]
+    track: dict[str, list[tuple[float, tuple[float, float]]]] = {}
+    for r in _rows(run):
+        if r["kind"] == "position":
+            track.setdefault(r["node"], []).append((r["mono_s"] - t0, (r["x_m"], r["y_m"])))
+
+    def fastest(node: str, lo: float, hi: float) -> float:
+        seg = [p for p in track[node] if lo <= p[0] <= hi]
+        return max(distance(p[1], q[1]) / (q[0] - p[0]) for p, q in zip(seg, seg[1:]))
+
+    for node in ("h1", "h2"):  # the reference point at 0.5 m/s, the member within 1 m/s of it: then far faster
+        assert fastest(node, 0, 20) < 2.0 < fastest(node, 21, 50)
+    both = [(dict(track["h1"]).get(t), dict(track["h2"]).get(t)) for t, _ in track["h1"]]
+    assert all(distance(a, b) <= 10 + 1e-6 for a, b in both if a and b)  # within 5 m of the same point
+
+
+def test_the_command_says_how_they_moved(tmp_path: Path) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_text("name: s\nsteps:\n  - {action: wait, s: 30}\n")
+    result = CliRunner().invoke(main, ["chaos", str(sc), "--topology", str(_walkers(tmp_path, n=6))])
+    assert result.exit_code == 0, result.output
+    # the movement goes on until the run stops: 30 s, and the 5.5 s the last background pings are given
+    assert re.search(r"^moved 35.5 s: radio links \d+ up, \d+ down; watch: \d+ readings, \d+ judged, 0 violation",
+                     result.output, re.M), result.output
