@@ -18,7 +18,8 @@ pipeline/submit.py`` and by the benchmark. Stages (each reported to the
 Tables (``OUT/tables/<name>``): events, actions, pings, quarantine (partitioned
 by run_id), runs, nodes, links, reconciliation, episodes, convergence, pings_enriched,
 delivery, delivery_by_episode, delivery_timeline, overhead_by_node, overhead_by_class,
-churn_timeline, churn_by_node, run_summary, compare_<field> (one per grouping), and, when some
+churn_timeline, churn_by_node, mobility_timeline, mobility_runs (runs whose nodes move: their mobility.jsonl, read on
+the driver), run_summary, compare_<field> (one per grouping), and, when some
 runs are arms of an A/B experiment (meta.json ``ab``), ab_runs and ab (pipeline.jobs.ab), with the
 A/B document in ``OUT/ab.json`` and ``AnalysisResult.ab``.
 """
@@ -38,12 +39,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from pipeline import ingest_exec, ingest_plan, line_reads, parallel, report, schemas, tables
 from pipeline.errors import PipelineError
 from pipeline.ingest_exec import Ingested
-from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, overhead
+from pipeline.jobs import ab, churn, compare, convergence, delivery, episodes, ingest, mobility, overhead
+from pipeline.mobility_reads import read_mobility
 from pipeline.rundirs import RunDir, ab_meta, discover_runs, input_size
 from pipeline.session import SMALL_INPUT_BYTES
 
@@ -228,7 +230,7 @@ def _analyze_stages(spark: SparkSession, runs: list[RunDir], store: tables.Table
     t = time.perf_counter()
     say("analyze", "episodes and convergence, delivery and stretch, control overhead and churn (side by side)")
     inputs = dataclasses.replace(_job_inputs(spark, store, ingested, timeline_bin_s, churn_bin_s),
-                                 confidence=confidence)
+                                 confidence=confidence, run_dirs=tuple(runs))
     parallel.side_by_side(workers, *(partial(chain, inputs) for chain in _CHAINS))
     say("analyze", "comparison across runs" + ("; beside it, the report's other inputs and its plots"
                                                  if store.in_memory else ""))
@@ -269,6 +271,7 @@ class _JobInputs:
     timeline_bin_s: float
     churn_bin_s: float
     confidence: float = ab.CONFIDENCE  # the A/B intervals' level
+    run_dirs: tuple[RunDir, ...] = ()  # the runs' directories (mobility.jsonl is read from them on the driver)
 
 
 def _job_inputs(spark: SparkSession, store: tables.TableStore, ingested: Ingested, timeline_bin_s: float,
@@ -323,8 +326,29 @@ def _churn_chain(i: _JobInputs) -> None:
     i.store.put("churn_by_node", churn.churn_by_node(i.events), (), one_file=True)
 
 
-#: The jobs' four independent chains, run side by side (each writes its own tables).
-_CHAINS = (_convergence_chain, _delivery_chain, _overhead_chain, _churn_chain)
+MOBILITY_BAD_SCHEMA = StructType([StructField("run_id", StringType()), StructField("bad_lines", LongType())])
+
+
+def _mobility_chain(i: _JobInputs) -> None:
+    """Runs whose nodes move (pipeline.jobs.mobility), from their mobility.jsonl read on the driver; without any,
+    the two tables are written empty with no Spark job (in memory) or one each."""
+    store = i.store
+    rows, bad = read_mobility(i.run_dirs)
+    if not bad and store.in_memory:
+        for name, schema in (("mobility_timeline", schemas.MOBILITY_TIMELINE_SCHEMA),
+                             ("mobility_runs", schemas.MOBILITY_RUNS_SCHEMA)):
+            store.put_arrow(name, tables.arrow_table(schema, []), schema, ())
+        return
+    spark = i.pings.sparkSession
+    moving = spark.createDataFrame(tables.arrow_table(schemas.MOBILITY_SCHEMA, rows)).coalesce(1)
+    bad_lines = spark.createDataFrame(tables.arrow_table(MOBILITY_BAD_SCHEMA, sorted(bad.items())))
+    store.put("mobility_timeline", mobility.mobility_timeline(moving, i.pings, i.bounds, i.timeline_bin_s), (),
+              one_file=True)
+    store.put("mobility_runs", mobility.mobility_runs(moving, i.pings, bad_lines), (), one_file=True)
+
+
+#: The jobs' independent chains, run side by side (each writes its own tables).
+_CHAINS = (_convergence_chain, _delivery_chain, _overhead_chain, _churn_chain, _mobility_chain)
 
 
 def _compare(spark: SparkSession, i: _JobInputs, ab_runs: DataFrame | None, workers: int, say: Progress,

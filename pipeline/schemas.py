@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 from contract.dataset import ACTION_FIELDS, COMMON_FIELDS, DISRUPTIVE_ACTIONS, EVENT_FIELDS, PING_FIELDS, Field
+from contract.mobility import MOBILITY_FIELDS
 
 __all__ = [
     "spark_type",
@@ -54,6 +55,9 @@ __all__ = [
     "AB_META_SCHEMA",
     "AB_RUNS_SCHEMA",
     "AB_SCHEMA",
+    "MOBILITY_SCHEMA",
+    "MOBILITY_TIMELINE_SCHEMA",
+    "MOBILITY_RUNS_SCHEMA",
 ]
 
 #: Actions that open an episode (pipeline.jobs.episodes): the contract's disruptive actions, plus
@@ -239,4 +243,24 @@ AB_SCHEMA = StructType(
         ("diff", D), ("ci_low", D), ("ci_high", D), ("p_value", D), ("significant", B), ("better", S),
         ("n_censored", L), ("n_dropped", L),
     )
+)
+
+#: ``mobility.jsonl`` of the runs whose nodes move (contract.mobility; read on the driver: pipeline.mobility_reads).
+MOBILITY_SCHEMA = StructType(fields_schema(MOBILITY_FIELDS) + _PROVENANCE)
+
+#: Per run and time bin (s since the run start, the report's clock): radio link changes, the radio links up at the
+#: bin's end, and the background and checker pings sent in the bin by whether their pair was connected when the ping
+#: was recorded (pings.jsonl ``shortest_links`` not null) (pipeline.jobs.mobility).
+MOBILITY_TIMELINE_SCHEMA = StructType(
+    _s(("run_id", S), ("t_bin_s", D), ("link_ups", L), ("link_downs", L), ("radio_links", L),
+       ("connected_sent", L), ("connected_received", L), ("connected_delivery", D), ("disconnected_sent", L),
+       ("disconnected_received", L))
+)
+
+#: Per run whose nodes move: how many moved, how fast (their paths between position lines over the time they were
+#: recorded moving), how often radio links changed, and delivery among connected pairs (pipeline.jobs.mobility).
+MOBILITY_RUNS_SCHEMA = StructType(
+    _s(("run_id", S), ("nodes", L), ("moved_s", D), ("mean_speed_mps", D), ("link_ups", L), ("link_downs", L),
+       ("changes_per_s", D), ("connected_sent", L), ("connected_received", L), ("connected_delivery", D),
+       ("disconnected_sent", L), ("disconnected_received", L), ("bad_lines", L))
 )

@@ -1,0 +1,104 @@
+"""Runs whose nodes move: radio links coming and going over time, and delivery among connected pairs against that
+churn and against the nodes' speed (docs/pipeline.md, "Mobility"; docs/mobility.md).
+
+Inputs: the runs' ``mobility.jsonl`` rows (schemas.MOBILITY_SCHEMA, read on the driver by pipeline.mobility_reads),
+their pings (PINGS_SCHEMA) and the run bounds (episodes.run_bounds: a run's clock starts at its first
+``node_started``). A ping counts as **connected** when its pair was joined by a path in the live graph (fixed and
+radio links) when it was recorded: pings.jsonl ``shortest_links`` is not null; a ping between nodes in different
+components is **disconnected** (it is expected to be lost, and is counted apart). Only runs with a ``mobility.jsonl``
+appear.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from pipeline.errors import JobInputError
+
+__all__ = ["mobility_runs", "mobility_timeline"]
+
+
+def _ping_counts(pings: DataFrame, keys: list[str]) -> DataFrame:
+    connected = F.col("shortest_links").isNotNull()
+    received = F.col("received")
+    sent_c = F.sum(connected.cast("long"))
+    got_c = F.sum((connected & received).cast("long"))
+    return pings.groupBy(*keys).agg(
+        sent_c.alias("connected_sent"), got_c.alias("connected_received"),
+        F.sum((~connected).cast("long")).alias("disconnected_sent"),
+        F.sum((~connected & received).cast("long")).alias("disconnected_received"),
+    )
+
+
+def _ratio(received: str, sent: str) -> F.Column:
+    return F.when(F.col(sent) > 0, F.col(received) / F.col(sent)).cast("double")
+
+
+def _check(mobility: DataFrame, pings: DataFrame) -> None:
+    missing = [c for c in ("run_id", "mono_s", "kind", "node", "x_m", "y_m", "cause", "line_no")
+               if c not in mobility.columns]
+    missing += [c for c in ("run_id", "sent_mono_s", "received", "shortest_links") if c not in pings.columns]
+    if missing:
+        raise JobInputError("mobility", f"input lacks columns {missing}")
+
+
+def mobility_timeline(mobility: DataFrame, pings: DataFrame, bounds: DataFrame, bin_s: float = 5.0) -> DataFrame:
+    """mobility rows, pings, bounds -> MOBILITY_TIMELINE_SCHEMA: per ``bin_s`` bin since the run start, the radio
+    link ups (after the start) and downs, the radio links up at the bin's end, and the pings sent in the bin, by
+    whether their pair was connected."""
+    if bin_s <= 0:
+        raise JobInputError("mobility_timeline", f"bin_s must be > 0, got {bin_s}")
+    _check(mobility, pings)
+    start = bounds.select("run_id", "start_s")
+    links = mobility.where(F.col("kind").isin("link_up", "link_down")).join(start, "run_id")
+    links = links.withColumn("t_bin_s", (F.floor((F.col("mono_s") - F.col("start_s")) / bin_s) * bin_s).cast("double"))
+    up = F.col("kind") == "link_up"
+    per_bin = links.groupBy("run_id", "t_bin_s").agg(
+        F.sum((up & (F.col("cause") != "start")).cast("long")).alias("link_ups"),
+        F.sum((~up).cast("long")).alias("link_downs"),
+        F.sum(F.when(up, 1).otherwise(-1)).cast("long").alias("_net"),
+    )
+    moving = mobility.select("run_id").distinct()
+    sent = pings.join(moving, "run_id").join(start, "run_id").withColumn(
+        "t_bin_s", (F.floor((F.col("sent_mono_s") - F.col("start_s")) / bin_s) * bin_s).cast("double"))
+    both = per_bin.join(_ping_counts(sent, ["run_id", "t_bin_s"]), ["run_id", "t_bin_s"], "full")
+    counts = ["link_ups", "link_downs", "_net", "connected_sent", "connected_received", "disconnected_sent",
+              "disconnected_received"]
+    both = both.fillna(0, subset=counts)
+    upto = Window.partitionBy("run_id").orderBy("t_bin_s").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return both.select(
+        "run_id", "t_bin_s", "link_ups", "link_downs", F.sum("_net").over(upto).cast("long").alias("radio_links"),
+        "connected_sent", "connected_received", _ratio("connected_received", "connected_sent").alias(
+            "connected_delivery"), "disconnected_sent", "disconnected_received",
+    ).orderBy("run_id", "t_bin_s")
+
+
+def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame) -> DataFrame:
+    """mobility rows, pings, bad lines (run_id, bad_lines) -> MOBILITY_RUNS_SCHEMA: per run, the nodes that moved,
+    the time from its first to its last position line (``moved_s``), their mean speed (each node's path between
+    its position lines, summed, over nodes and ``moved_s``), radio link changes (per second of ``moved_s``), and
+    delivery among connected pairs."""
+    _check(mobility, pings)
+    pos = mobility.where(F.col("kind") == "position")
+    per_node = Window.partitionBy("run_id", "node").orderBy("mono_s", "line_no")
+    step = F.sqrt((F.col("x_m") - F.lag("x_m").over(per_node)) ** 2 + (F.col("y_m") - F.lag("y_m").over(per_node)) ** 2)
+    moved = pos.withColumn("_step", step).groupBy("run_id").agg(
+        F.countDistinct("node").alias("nodes"), (F.max("mono_s") - F.min("mono_s")).alias("moved_s"),
+        F.sum(F.coalesce("_step", F.lit(0.0))).alias("_path_m"))
+    changes = mobility.groupBy("run_id").agg(
+        F.sum(((F.col("kind") == "link_up") & (F.col("cause") != "start")).cast("long")).alias("link_ups"),
+        F.sum((F.col("kind") == "link_down").cast("long")).alias("link_downs"))
+    runs = changes.join(moved, "run_id", "left").join(bad, "run_id", "left")
+    runs = runs.join(_ping_counts(pings, ["run_id"]), "run_id", "left")
+    runs = runs.fillna(0, subset=["nodes", "connected_sent", "connected_received", "disconnected_sent",
+                                  "disconnected_received", "bad_lines"])
+    per_s = F.when(F.col("moved_s") > 0, F.col("_path_m") / F.col("nodes") / F.col("moved_s"))
+    return runs.select(
+        "run_id", F.col("nodes").cast("long"), F.col("moved_s").cast("double"), per_s.cast("double").alias(
+            "mean_speed_mps"), "link_ups", "link_downs",
+        F.when(F.col("moved_s") > 0, (F.col("link_ups") + F.col("link_downs")) / F.col("moved_s")).cast(
+            "double").alias("changes_per_s"),
+        "connected_sent", "connected_received", _ratio("connected_received", "connected_sent").alias(
+            "connected_delivery"), "disconnected_sent", "disconnected_received", F.col("bad_lines").cast("long"),
+    ).orderBy("run_id")
