@@ -29,6 +29,7 @@ from contract.frames import CONTROL_FRAME_TYPE_NAMES
 from pipeline import parallel, schemas, tables
 from pipeline.jobs.compare import GROUPINGS
 from pipeline.jobs.episodes import EPISODE_ACTIONS
+from pipeline.report_mobility import mobility_sections
 from pipeline.report_plots import PLOTS, STRETCH_BIN, Plots, ab_figure, ab_plot_name, plots
 from pipeline.report_text import (
     ALL_CONTROL, CLOCK_TEXT, FRAME_TYPE_WHAT, NO_PATH, RUN_CLOCK, TABLE_TEXT, TRAFFIC, comparison_text,
@@ -58,6 +59,9 @@ class ReportInputs:
     compare: dict[str, list[dict]] = field(default_factory=dict)
     #: the A/B document (pipeline.jobs.ab.summarize); {} without A/B runs
     ab: dict[str, dict] = field(default_factory=dict)
+    #: runs whose nodes move (pipeline.jobs.mobility): per time bin, and per run; [] without any
+    mobility_timeline: list[dict] = field(default_factory=list)
+    mobility_runs: list[dict] = field(default_factory=list)
 
 
 #: The report's plain reads (a table's rows in order): name -> (table, its schema (None: as written), sort keys, columns
@@ -71,6 +75,8 @@ PLAIN_READS: dict[str, tuple[str, StructType | None, tuple[str, ...], tuple[str,
                                                       "since_bucket"), ()),
     "timeline": ("delivery_timeline", schemas.DELIVERY_TIMELINE_SCHEMA, ("run_id", "mode", "t_bin_s"), ()),
     "summary": ("run_summary", schemas.RUN_SUMMARY_SCHEMA, ("run_id",), ()),
+    "mobility_timeline": ("mobility_timeline", schemas.MOBILITY_TIMELINE_SCHEMA, ("run_id", "t_bin_s"), ()),
+    "mobility_runs": ("mobility_runs", schemas.MOBILITY_RUNS_SCHEMA, ("run_id",), ()),
     **{f"compare_{by}": (f"compare_{by}", None, (by,), ()) for by in GROUPINGS},
 }
 
@@ -316,6 +322,7 @@ def _sections(inp: ReportInputs) -> list[Section]:
     for by, rows in inp.compare.items():
         cols = [by, "runs"] + [c for c in (rows[0].keys() if rows else []) if c.endswith("_mean") or c.endswith("_max")]
         out.append(Section(f"Comparison by {by}", comparison_text(by), rows, cols))
+    out += [Section(*sec) for sec in mobility_sections(inp.mobility_timeline, inp.mobility_runs)]
     return out
 
 

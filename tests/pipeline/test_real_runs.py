@@ -271,7 +271,8 @@ def test_the_reports_plain_reads_from_the_drivers_rows_are_sparks(spark, real_an
         query = tables.read_table(spark, out, table, schema) if schema is not None \
             else spark.read.parquet(tables.table_path(out, table))
         theirs = [r.asDict() for r in query.drop(*left_out).orderBy(*keys).collect()]
-        assert mine and mine == theirs, name
+        assert mine == theirs, name
+        assert mine or table.startswith("mobility_"), name  # the real runs' nodes do not move: no mobility rows
         assert [type(v) for r in mine for v in r.values()] == [type(v) for r in theirs for v in r.values()], name
     rows = pa.table({"run_id": ["b", None, "a", "a", None], "t": [1.0, 2.0, None, -0.0, -1.0], "n": [1, 2, 3, 4, 5]})
     mine = report._sorted_rows(rows, None, ("run_id", "t"), ("n",))
