@@ -1,0 +1,91 @@
+"""The mobility job (pipeline.jobs.mobility): radio links over time and delivery among connected pairs, from the
+runs' mobility.jsonl (read on the driver: pipeline.mobility_reads) and their pings; and a recorded chaos run whose
+nodes move, analyzed end to end, against its own --json document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from contract.mobility import MOBILITY_FIELDS
+from orchestrator.chaos.engine import ChaosOptions, execute
+from orchestrator.chaos.scenario import parse_scenario_yaml
+from orchestrator.model.topology import Topology
+from pipeline import analysis, schemas
+from pipeline.jobs import mobility
+from tests.pipeline.conftest import assert_frames_equal
+
+
+def _mob(kind: str, t: float, **kw: object) -> tuple:
+    row = dict.fromkeys(f.name for f in MOBILITY_FIELDS) | {"run_id": "r", "mono_s": t, "wall_ts": t, "kind": kind}
+    row |= kw
+    return (*(row[f.name] for f in MOBILITY_FIELDS), "r/mobility.jsonl", int(t * 10))
+
+
+def _ping(t: float, received: bool, shortest: int | None) -> tuple:
+    row = dict.fromkeys(schemas.PINGS_SCHEMA.fieldNames()) | {"run_id": "r", "sent_mono_s": t, "received": received,
+                                                             "shortest_links": shortest}
+    return tuple(row[n] for n in schemas.PINGS_SCHEMA.fieldNames())
+
+
+@pytest.mark.spark
+def test_links_over_time_and_delivery_among_connected_pairs(spark) -> None:
+    link = {"a": "a", "b": "b", "radio": "bluetooth", "link_class": "bluetooth", "distance_m": 5.0, "made": True}
+    moves = spark.createDataFrame([
+        _mob("position", 1.0, node="a", x_m=0.0, y_m=0.0), _mob("position", 1.0, node="b", x_m=5.0, y_m=0.0),
+        _mob("link_up", 1.0, **link, cause="start"), _mob("link_up", 1.0, **{**link, "b": "c"}, cause="start"),
+        _mob("position", 3.0, node="a", x_m=3.0, y_m=4.0),  # a moved 5 m
+        _mob("link_down", 3.0, **link, cause="out_of_range"), _mob("link_up", 7.0, **link, cause="in_range"),
+        _mob("position", 11.0, node="a", x_m=3.0, y_m=14.0),  # and 10 m more: 15 m by 2 nodes over 10 s
+    ], schemas.MOBILITY_SCHEMA)
+    pings = spark.createDataFrame([_ping(2.0, True, 1), _ping(3.5, False, None), _ping(4.0, False, 2),
+                                   _ping(8.0, True, 1), _ping(9.0, True, None)], schemas.PINGS_SCHEMA)
+    bounds = spark.createDataFrame([("r", 1.0, 11.0)], "run_id string, start_s double, end_s double")
+    assert_frames_equal(mobility.mobility_timeline(moves, pings, bounds, 5.0), spark.createDataFrame([
+        ("r", 0.0, 0, 1, 1, 2, 1, 0.5, 1, 0),  # 2 links at the start, one down at 3 s: 1 up at the bin's end
+        ("r", 5.0, 1, 0, 2, 1, 1, 1.0, 1, 1),  # a disconnected pair's ping that got through (a path came back)
+    ], schemas.MOBILITY_TIMELINE_SCHEMA))  # bins with neither a link change nor a ping have no row
+    bad = spark.createDataFrame([("r", 2)], "run_id string, bad_lines long")
+    assert_frames_equal(mobility.mobility_runs(moves, pings, bad), spark.createDataFrame(
+        [("r", 2, 10.0, 0.75, 1, 1, 0.2, 3, 2, 2 / 3, 2, 1, 2)], schemas.MOBILITY_RUNS_SCHEMA))
+
+
+WALK = {"name": "walk", "movement": {"tick_s": 1, "duration_s": 40},
+        "radios": {"bluetooth": {"range_m": 15}, "lan": {"range_m": 40, "class": "lan"}},
+        "nodes": [{"name": f"n{i}", "mobility": {"model": "random_waypoint", "area_m": [80, 80],
+                                                "speed_mps": [1, 2]}} for i in range(8)],
+        "links": []}
+SCENARIO = "name: walk\nsteps:\n  - {action: wait, s: 40}\n  - {action: check}\n"
+
+
+@pytest.mark.spark
+def test_a_recorded_moving_run_analyzed_end_to_end(spark, tmp_path: Path) -> None:
+    topo = Topology.from_data(WALK)
+    run = tmp_path / "runs" / "walk"
+    doc = execute(parse_scenario_yaml(SCENARIO, topology=topo), topo, ChaosOptions(seed=3, record=run))
+    with open(run / "mobility.jsonl", "a") as f:
+        f.write('{"kind": "teleport"}\n')  # a line that breaks the contract: counted, left out
+    analysis.analyze(spark, [tmp_path / "runs"], tmp_path / "out")
+
+    def rows(table: str) -> list[dict]:
+        return pq.read_table(next((tmp_path / "out" / "tables" / table).rglob("*.parquet"))).to_pylist()
+
+    (got,) = rows("mobility_runs")
+    m = doc["mobility"]
+    assert (got["nodes"], got["link_ups"], got["link_downs"], got["bad_lines"]) == (8, m["link_ups"], m["link_downs"], 1)
+    assert got["moved_s"] == pytest.approx(40.0) and got["mean_speed_mps"] == pytest.approx(m["mean_speed_mps"], 1e-3)
+    pinged = len((run / "pings.jsonl").read_text().splitlines())
+    assert got["connected_sent"] + got["disconnected_sent"] == pinged
+    assert 0 < got["connected_delivery"] <= 1
+    timeline = rows("mobility_timeline")
+    assert sum(r["link_ups"] for r in timeline) == m["link_ups"] and sum(r["link_downs"] for r in timeline) == (
+        m["link_downs"])
+    assert timeline[-1]["radio_links"] == m["radio_links"]
+    assert json.loads((run / "meta.json").read_text())["mobility"]["tick_s"] == 1.0
+    report = (tmp_path / "out" / "report.md").read_text()
+    for title in ("## Mobility: radio links and delivery over time", "## Mobility: delivery against speed"):
+        assert title in report
+    assert f"| {got['run_id']} | 8 | 40 |" in report  # the run's row: its nodes and the time they moved
