@@ -14,10 +14,8 @@ graph says, while the scenario's faults, traffic and checks run. How faults and 
   ``link_up`` (a pair joined by radio only is not given a fixed link by it);
 * ``link_change`` changes fixed links only.
 
-The ``mobility`` step halts and resumes the movement and changes nodes' models and speeds
-(orchestrator.model.mobility_change). :meth:`moved_since` tells the checker which components' links changed because
-nodes moved (RadioLinks.changed_at), so it judges only the ones that had time to re-converge
-(orchestrator.chaos.moving). Background pings are told apart by whether their pair was connected in the live graph
+The ``mobility`` step and ``moved_since`` (which components' links changed because nodes moved, so that the checker
+judges only the ones that had time to re-converge: orchestrator.chaos.moving) are orchestrator.chaos.mobility_steps'. Background pings are told apart by whether their pair was connected in the live graph
 when they were sent (``mobility.delivery`` in the report).
 """
 
@@ -37,7 +35,7 @@ from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
 from orchestrator.model.mobility_spec import World
 from orchestrator.model.topology import Topology
 
-__all__ = ["MobileInprocChaos", "mobility_meta"]  # mobility_meta: orchestrator.chaos.mobility_steps
+__all__ = ["MobileInprocChaos"]
 
 
 class MobileInprocChaos(MovementSteps, InprocChaos):
