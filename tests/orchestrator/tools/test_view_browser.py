@@ -4,6 +4,7 @@ kill, driven by the slider, and the live page of an in-process ``--clock real`` 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +14,8 @@ import httpx
 import pytest
 
 from tests.ci import SHARED, need
-from tests.orchestrator.tools.view_helpers import REPO, body, chromium, highest, screenshot, served, wait_page
+from tests.orchestrator.tools.view_helpers import (REPO, body, box, boxes, chromium, highest, screenshot, served,
+                                                   wait_page)
 
 pytestmark = [pytest.mark.slow]
 
@@ -92,13 +94,47 @@ def test_live_page_of_an_in_process_real_clock_run_follows_the_root_kill() -> No
         # pushed once a second when idle; under the suite's load allow 10 s for 2 pushes (a page that stopped
         # updating still fails)
         wait_page(page, "2 more pushes", lambda d: int(body(d, "frames")) >= frames + 2, timeout_s=10)
+        # the pings after the first convergence, drawn as replay draws them (a dot each, green when delivered)
+        wait_page(page, "10 pings", lambda d: int(body(d, "pings") or 0) >= 10, timeout_s=60)
         wait_page(page, "the root kill", lambda d: body(d, "live") == "11", timeout_s=90)
         new = highest(keys, {old})
         wait_page(page, f"new root {new}", lambda d: body(d, "roots") == new, timeout_s=30)
         assert page.execute_script("return document.querySelectorAll('#timeline .fault-tick').length") == 1
         assert json.loads(body(page, "statuses"))[old] == "dead"
+        # and the pings after the re-convergence, right of the kill's tick; the delivery badge counts them
+        # (delivery: the pings sent in the last 10 s; polled while the new ones are in that window)
+        wait_page(page, "20 pings, 10 of them in the delivery window",
+                  lambda d: int(body(d, "pings")) >= 20 and int(body(d, "delivery").split("/")[1]) >= 10, timeout_s=60)
+        assert page.find_element("id", "b-deliv").text.startswith("delivery 10 s: ")
+        wait_page(page, "20 dots", lambda d: len(boxes(d, "#timeline .ping")) == int(body(d, "pings")))
+        tick = box(page, "#timeline .fault-tick")
+        dots = boxes(page, "#timeline .ping")
+        before, after = [p for p in dots if p["x"] + p["w"] / 2 < tick["x"]], [p for p in dots if p["x"] > tick["x"]]
+        assert len(before) >= 10 and len(after) >= 10, (len(before), len(after), tick)
+        ok = boxes(page, "#timeline .ping.ok")
+        assert len(ok) == int(body(page, "pingsOk")) >= 15  # lost ones are rare here; they would be red, below
+        _routing_table_has_its_header_columns(page, new)
         screenshot(page, "view-live-inproc-mesh-12-after-root-kill.png")
         proc.terminate()
+
+
+_CELLS = "return [...document.querySelectorAll(arguments[0] + ' tr')].map(r => [...r.cells].map(c => c.textContent))"
+PORT = re.compile(r"^(\d+ \(n\d+\)|0 \(this node\)|none \(ended here\))$")
+
+
+def _routing_table_has_its_header_columns(page: object, name: str) -> None:
+    """A live node's routing table: every row has the header's columns, each port named (never a bare -1)."""
+    page.execute_script("document.querySelector(`#nodes .node[data-name='${arguments[0]}']`)"  # type: ignore[attr-defined]
+                        ".dispatchEvent(new MouseEvent('click', {bubbles: true}))", name)
+    wait_page(page, f"{name}'s routing table", lambda d: d.execute_script(_CELLS, "#routes-table"))
+    header, *rows = page.execute_script(_CELLS, "#routes-table")  # type: ignore[attr-defined]
+    assert header == ["origin", "in", "out", "expires in"] and rows
+    for row in rows:
+        assert len(row) == len(header) and PORT.match(row[1]) and PORT.match(row[2]), row
+        assert re.match(r"^\d+(\.\d+)? s$", row[3]) and row[0].startswith("n"), row
+    peers_header, *peers = page.execute_script(_CELLS, "#peers-table")  # type: ignore[attr-defined]
+    assert peers_header == ["port", "node", "link class", "link type"] and peers
+    assert all(len(p) == 4 and "unknown" not in p for p in peers), peers
 
 
 def test_chaos_serves_the_live_view_of_an_in_process_run_through_a_pause() -> None:

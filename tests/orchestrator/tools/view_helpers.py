@@ -99,3 +99,41 @@ def screenshot(driver: Any, name: str) -> Path:
 def highest(keys: dict[str, str], exclude: set[str] = frozenset()) -> str:  # type: ignore[assignment]
     """The node whose key is highest (the root the protocol elects), skipping ``exclude``."""
     return max((k, n) for n, k in keys.items() if n not in exclude)[1]
+
+
+def snekbed(*args: str, ok: tuple[int, ...] = (0,), timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``snekbed ARGS`` from this checkout; its exit code must be one of ``ok``."""
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout_s)
+    assert done.returncode in ok, f"snekbed {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}"
+    return done
+
+
+# ------------------------------------------------------------------ geometry: what is drawn where, in CSS pixels
+
+_BOXES = """return [...document.querySelectorAll(arguments[0])].map(e => { const r = e.getBoundingClientRect();
+  return {x: r.left, y: r.top, w: r.width, h: r.height, text: e.textContent, data: {...e.dataset}}; })"""
+
+
+def boxes(driver: Any, selector: str) -> list[dict[str, Any]]:
+    """The bounding box (``x, y, w, h``), text and data attributes of every element ``selector`` matches."""
+    return driver.execute_script(_BOXES, selector)
+
+
+def box(driver: Any, selector: str) -> dict[str, Any]:
+    (found,) = boxes(driver, selector)
+    return found
+
+
+def overlap(a: dict[str, Any], b: dict[str, Any], tolerance: float = 0.5) -> bool:
+    """Whether two boxes share more than ``tolerance`` pixels along both axes."""
+    dx = min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"])
+    dy = min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"])
+    return dx > tolerance and dy > tolerance
+
+
+def overlapping(some: list[dict[str, Any]], others: list[dict[str, Any]] | None = None) -> list[tuple[str, str]]:
+    """The pairs that overlap: within ``some``, or between ``some`` and ``others``."""
+    if others is None:
+        return [(a["text"], b["text"]) for i, a in enumerate(some) for b in some[i + 1:] if overlap(a, b)]
+    return [(a["text"], b["text"]) for a in some for b in others if overlap(a, b)]
