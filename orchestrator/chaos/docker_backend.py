@@ -581,6 +581,10 @@ class DockerChaos(ChaosBackend):
         """Docker created the node up front, with the variant its join step names (full_topology)."""
         if name not in self.topology.node_names:
             raise KeyError(f"node {name!r} was not declared when the run started (Docker needs its address)")
+        assert self.plan is not None
+        if name in self.removed:  # a new node (the reference's AddNode): its old links stay down (its key stays: docs)
+            await _all_at_once([lambda i=ln.index: self._disconnect(i) for ln in self.plan.links if name in (ln.a, ln.b)
+                                and ln.index not in self.down_links and not {ln.a, ln.b} & set(peers)])  # fmt: skip
         for p in peers:
             for i in self._links_between(name, p):
                 if i in self.down_links and i not in self.cut_links:
