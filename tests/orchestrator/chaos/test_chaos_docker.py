@@ -75,16 +75,27 @@ def test_mesh12_goes_through_every_fault_on_docker(client: object, image: str, t
     assert not left, left + "\n" + done.stderr[-3000:]
 
 
+#: SEQUENCE with Dan added back after his RemoveNode (before StopPings): as the reference's AddNode, a new node
+READDED = {"EventSequence": [*SEQUENCE["EventSequence"][:-3], {"Command": "AddNode", "Data": {"Name": "Dan",
+           "NodeType": "Default"}}, *SEQUENCE["EventSequence"][-3:]]}  # fmt: skip
+
+
 def test_a_reference_sequence_runs_on_docker(client: object, image: str, tmp_path: Path) -> None:
     path = tmp_path / "alice.json"
-    path.write_text(json.dumps(SEQUENCE, indent=2))
+    path.write_text(json.dumps(READDED, indent=2))
     done = _chaos(str(path), "--backend", "docker", "--image", image, "--runs-dir", str(tmp_path / "runs"), "--json")
     out = json.loads(done.stdout) if done.stdout.strip() else {}
     try:
         assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
         actions = [s["action"] for s in out["steps"]]
-        assert actions.count("join") == 10 and "adversary" in actions
+        assert actions.count("join") == 11 and "adversary" in actions
         assert out["traffic"]["delivered"] > 0
+        # Dan added back has no peer (his link to Alice stays down until an AddPeer): judged alone at the end
+        back = [s for s in out["steps"] if s["action"] == "join" and s["targets"] == ["Dan"]][-1]
+        assert back["confirmed"]["how"] == "join Dan: Dan answers (no live neighbour to peer with)", back
+        end = out["steps"][-1]
+        assert (end["live_nodes"], end["components"]) == (5, 2), end
+        assert all(v["ok"] for v in end["invariants"].values()), end["invariants"]
     finally:
         left = left_behind(client, _run_id(out)) if out.get("run_dir") else ""
     assert not left, left + "\n" + done.stderr[-3000:]
