@@ -210,7 +210,11 @@ class _Cut(_Expect):
         if crossed:
             self.last = f"probe(s) across the cut delivered: {', '.join(crossed)}"
             return None
-        inside = [(a, b) for a, b in self.inside if got.get(a) is not None and got.get(b) is not None]
+        # a link inside a side is expected to carry while it exists: nodes that move may have taken it out of
+        # range since the cut (docs/mobility.md), and a node gone since answers nothing
+        live = obs.live_graph()
+        inside = [(a, b) for a, b in self.inside
+                  if live.has_edge(a, b) and got.get(a) is not None and got.get(b) is not None]
         broken = [f"{a}--{b}" for a, b in inside if not (_has(got, a, k(b)) and _has(got, b, k(a)))]
         if not broken and inside:
             carried = await obs.probe(inside, _PROBE_TIMEOUT_S)
