@@ -76,6 +76,11 @@ def test_replay_of_graph_250_shows_the_old_root_before_the_kill_and_the_new_root
         wait_page(page, "the node's details", lambda d: "Peers (" in d.find_element("id", "details").text)
         text = page.find_element("id", "details").text
         assert new in text and "Routing table" in text and "Counters" in text
+        # replayed from events: the out port is not in them, and says so; every row has the header's columns
+        header, *rows = page.execute_script(_CELLS, "#routes-table")
+        assert header == ["origin", "in", "out", "age"] and rows
+        assert all(len(r) == 4 and PORT.match(r[1]) and r[2] == "unknown" for r in rows), rows[:5]
+        assert page.execute_script(_CELLS, "#peers-table")[0] == ["port", "node", "link class"]
         screenshot(page, "view-graph-250-after-root-kill.png")
 
 
@@ -119,7 +124,7 @@ def test_live_page_of_an_in_process_real_clock_run_follows_the_root_kill() -> No
 
 
 _CELLS = "return [...document.querySelectorAll(arguments[0] + ' tr')].map(r => [...r.cells].map(c => c.textContent))"
-PORT = re.compile(r"^(\d+ \(n\d+\)|0 \(this node\)|none \(ended here\))$")
+PORT = re.compile(r"^([1-9]\d* \([^ ()]+\)|0 \(this node\)|none \(ended here\))$")  # a port and its peer's name
 
 
 def _routing_table_has_its_header_columns(page: object, name: str) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.orchestrator.docker_helpers import left_behind
-from tests.orchestrator.tools.view_helpers import REPO, body, chromium, highest, screenshot, served, wait_page
+from tests.orchestrator.tools.view_helpers import (REPO, body, box, boxes, chromium, highest, screenshot, served,
+                                                   wait_page)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -52,6 +53,12 @@ def test_live_view_of_a_docker_run_moves_the_root_mark_after_kill_root(client: o
             # longer, so ask for 3 pushes within 10 s (a page that stopped updating still fails)
             wait_page(page, "3 more pushes", lambda d: int(body(d, "frames")) >= frames + 3, timeout_s=10)
             print(f"3 pushes in {time.monotonic() - t_frames:.1f} s")
+            # pings before the kill (snekbed ping writes pings.jsonl): drawn green, delivery 3/3
+            a, b = sorted(n for n in keys if n != old)[:2]
+            _cli("ping", a, b, "--count", "3", "--run-id", run_id, "--runs-dir", str(runs), timeout=120)
+            wait_page(page, "3 delivered pings", lambda d: body(d, "pings") == "3" and body(d, "pingsOk") == "3"
+                      and body(d, "delivery") == "3/3", timeout_s=20)
+            assert len(boxes(page, "#timeline .ping.ok")) == 3
             screenshot(page, "view-live-docker-mesh-12-before-root-kill.png")
             kill = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "kill-root", "--run-id", run_id,
                                      "--runs-dir", str(runs), "--json"], cwd=REPO, stdout=subprocess.PIPE,
@@ -85,6 +92,7 @@ def test_live_view_of_a_docker_run_moves_the_root_mark_after_kill_root(client: o
                 doc = json.loads(out)
                 lost = any(c["received"] < c["sent"] for c in doc["pings"].values())
                 assert doc["converged"] and kill.returncode == (1 if lost else 0), out[-2000:] + err[-2000:]
+                _delivery_moves_after_the_kill(page, runs, run_id, a, old, 3 + sum(c["sent"] for c in doc["pings"].values()))
             finally:
                 if kill.poll() is None:
                     kill.kill()
@@ -93,3 +101,24 @@ def test_live_view_of_a_docker_run_moves_the_root_mark_after_kill_root(client: o
         _cli("down", "--run-id", run_id, "--runs-dir", str(runs), timeout=300)
         left = left_behind(client, run_id)
     assert not left, left
+
+
+def _delivery_moves_after_the_kill(page: object, runs: Path, run_id: str, sender: str, dead: str, before: int) -> None:
+    """After the kill, kill-root's own pings and two to the dead old root (lost): every ping of pings.jsonl is a
+    dot, the lost ones red and right of the kill's tick, and the delivery badge counts the losses."""
+    lost = _cli("ping", sender, dead, "--count", "2", "--timeout-s", "2", "--run-id", run_id, "--runs-dir",
+                str(runs), timeout=120)
+    assert lost.returncode == 1 and "0/2 received" in lost.stdout, lost.stdout + lost.stderr
+    lines = [json.loads(x) for x in (runs / run_id / "pings.jsonl").read_text().splitlines()]
+    assert len(lines) == before + 2
+    wait_page(page, "every ping, two more lost in the delivery window",
+              lambda d: int(body(d, "pings")) == len(lines) and int(body(d, "delivery").split("/")[0])
+              <= int(body(d, "delivery").split("/")[1]) - 2, timeout_s=30)
+    assert int(body(page, "pingsOk")) == sum(p["received"] for p in lines)
+    tick = box(page, "#timeline .fault-tick")
+    red = boxes(page, "#timeline .ping.lost")
+    assert len(red) == len(lines) - sum(p["received"] for p in lines) >= 2
+    assert sum(p["x"] > tick["x"] for p in red) >= 2  # the two to the dead root, after the kill
+    green = boxes(page, "#timeline .ping.ok")
+    assert sum(p["x"] + p["w"] < tick["x"] for p in green) == 3  # the three before it
+    screenshot(page, "view-live-docker-mesh-12-delivery-after-root-kill.png")
