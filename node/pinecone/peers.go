@@ -5,9 +5,12 @@ package main
 // here because that package also pulls in a websocket library Debian does not package: a worker looks every
 // 5 s for configured URIs that are not connected and whose wait is over; a failed attempt doubles the wait
 // (2^attempts seconds, capped: an hour in the reference, --backoff-max-s here), a successful one resets it, so a
-// peering that drops is redialled at the worker's next round. POST /peers/redial ends every wait at once.
+// peering that drops is redialled at the worker's next round. POST /peers/redial ends every wait at once, and
+// starts a dial in flight over (one begun while the path was down can hang until its 5 s timeout: a SYN lost
+// where a link was cut).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -32,6 +35,8 @@ type dialer struct {
 	lastErr  string
 	conn     *wireConn // the live peering it made, or nil
 	dialing  bool
+	cancel   context.CancelFunc // ends the dial in flight (POST /peers/redial)
+	again    bool               // the dial in flight was ended to dial at once: no backoff
 	removed  bool
 	upCh     chan struct{} // closed and replaced whenever a peering comes up
 }
@@ -220,14 +225,19 @@ func (n *Node) wakeDialers() {
 	}
 }
 
-// redialNow ends the wait of every dialer that is waiting out its backoff; returns how many.
+// redialNow ends the wait of every dialer that is waiting out its backoff, and starts every dial in flight
+// over; returns how many.
 func (n *Node) redialNow() int {
 	t := n.peers
 	t.mu.Lock()
 	woken := 0
 	now := time.Now()
 	for _, d := range t.dialers {
-		if d.conn == nil && !d.dialing && d.next.After(now) {
+		if d.conn == nil && d.dialing && d.cancel != nil {
+			d.again = true
+			d.cancel()
+			woken++
+		} else if d.conn == nil && !d.dialing && d.next.After(now) {
 			d.next = now
 			woken++
 		}
@@ -253,24 +263,33 @@ func (n *Node) dialLoop() {
 		now := time.Now()
 		for _, d := range t.dialers {
 			if d.conn == nil && !d.dialing && !d.removed && !now.Before(d.next) {
-				d.dialing = true
-				go n.dialOnce(d)
+				ctx, cancel := context.WithCancel(n.ctx)
+				d.dialing, d.cancel = true, cancel
+				go n.dialOnce(ctx, d)
 			}
 		}
 		t.mu.Unlock()
 	}
 }
 
-func (n *Node) dialOnce(d *dialer) {
+func (n *Node) dialOnce(ctx context.Context, d *dialer) {
 	dl := net.Dialer{Timeout: redialInterval}
-	c, err := dl.DialContext(n.ctx, "tcp", d.spec.addr)
+	c, err := dl.DialContext(ctx, "tcp", d.spec.addr) // ctx bounds the dial only, not the connection
 	if err == nil {
 		_, err = n.attach(c, d.spec.link, d)
 	}
 	t := n.peers
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d.dialing = false
+	d.cancel()
+	d.dialing, d.cancel = false, nil
+	if err != nil && d.again && n.ctx.Err() == nil { // ended by POST /peers/redial: dial again now
+		d.again = false
+		d.next = time.Now()
+		n.wakeDialers()
+		return
+	}
+	d.again = false
 	if err != nil {
 		n.stats.add(&n.stats.dialFail, 1)
 		d.attempts++

@@ -149,3 +149,23 @@ def test_admin_api_alone(reference_binary: Path, tmp_path: Path) -> None:
     with pytest.raises(httpx.HTTPError):
         n.get("/healthz")
     n.close()
+
+
+def test_redial_starts_a_dial_in_flight_over(reference_binary: Path, tmp_path: Path) -> None:
+    """A dial that hangs (its SYN dropped, as where a link was cut: here a listener whose accept queue is full) is
+    started over by POST /peers/redial, which counts it, and ending it is no failed attempt. Before, it was left to
+    its 5 s dial timeout and then the backoff: a healed link of reference nodes peered again up to 10 s late."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        filler = socket.create_connection(full.getsockname(), timeout=5)  # the one connection the queue holds
+        n = RefProc(reference_binary, "inflight", tmp_path).start()
+        try:
+            r = n.post("/peers", {"uri": f"tcp://127.0.0.1:{full.getsockname()[1]}", "timeout_s": 0.2})
+            assert r.status_code == 202 and r.json()["status"] == "dialing", r.text
+            assert n.post("/peers/redial", {}).json()["woken"] == 1  # the dial in flight (it hangs up to 5 s)
+            assert metric(n.metrics_text(), "snek_dial_failures_total") == 0
+        finally:
+            filler.close()
+            assert n.terminate() == 0
+            n.close()
