@@ -19,7 +19,8 @@ code  name             meaning
                        backend that cannot host a node of the topology)
 3     ``INVALID``      ``snekbed chaos`` only: the run ended but a fault was not confirmed, so the verdict
                        proves nothing about it (docs/chaos.md, "Confirmed faults")
-130   ``INTERRUPTED``  Ctrl-C (``up`` rolls back what it made first)
+130   ``INTERRUPTED``  Ctrl-C (``up`` rolls back what it made first); not ``snekbed view``, which serves until
+                       Ctrl-C: that is how it is stopped, so it exits 0 with one line (docs/view.md)
 ====  ===============  ==================================================================================
 
 "This machine cannot serve it" is 2, not a code of its own: like bad input, the same command works once the
