@@ -104,13 +104,13 @@ def sim(topology: Path, clock: str, seed: int, pairs: int, ping_mode: str, kill_
     cfg.metrics, cfg.hold_s, cfg.pcap = metrics, hold_s, pcap
     cfg.on_serving = lambda url: click.echo(f"every node's metrics: {url}", err=True)
     cfg.view = view
+    # said when the network is built, not after a run that may take minutes (the table and --json repeat the list)
+    cfg.on_refused = lambda refused: click.echo(f"warning: {refused_sentence(refused)}", err=True)
     cfg.on_view = lambda url: click.echo(f"snekbed view (live): {url}", err=True)
     watch = None if quiet else partial(ProgressLine, every_s=progress_every_s)
     if as_json:
         out = run_sim_sync(cfg, watch=watch)
         click.echo(json.dumps(out))
-        if out["links_refused"]:
-            click.echo(f"warning: {refused_sentence(out['links_refused'])}", err=True)
         if not _converged(out):
             sys.exit(FAILED)
         return

@@ -86,6 +86,8 @@ class SimConfig:
     on_serving: Callable[[str], None] | None = None  # told the metrics URL once it is bound
     view: HostPort | None = None  # serve the live `snekbed view` page here (real clock only)
     on_view: Callable[[str], None] | None = None  # told the page's URL once it is bound
+    #: told the topology links a router could not make, as soon as the network is built (before it converges)
+    on_refused: Callable[[list[dict[str, Any]]], None] | None = None
     pcap: Path | None = None  # write every frame on every link here (orchestrator/tools/capture/inproc.py)
     #: the topology's moving nodes and radios (docs/mobility.md), and each radio's link class; None: nothing moves
     world: World | None = None
@@ -369,6 +371,8 @@ class _Sim:
         if self.recorder is not None:
             self.recorder.start(self.net)
         self.net.start()
+        if self.net.links_refused and cfg.on_refused is not None:
+            cfg.on_refused(list(self.net.links_refused))
         if self.radio is not None:
             self.radio.start()
         tree_s, snake_s = await self.converge(self.net.now)

@@ -7,6 +7,8 @@ same JSON, to the digit.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -146,6 +148,28 @@ def test_links_a_full_router_cannot_make_are_listed_in_output_and_metadata(tmp_p
     assert "warning: 3 topology links not made" in res.stderr and "hub-n253 (ports_full at hub)" in res.stderr
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["links_refused"] == out["links_refused"] and meta["outcome"] == "ok"
+
+
+def test_refused_links_are_said_when_the_network_is_built_not_after_the_run(tmp_path) -> None:
+    """A user of a 10-minute run learns at once that links were not made: the callback fires before the network
+    converged, and `snekbed sim --json` writes the warning before its JSON document."""
+    star = tmp_path / "star.txt"
+    star.write_text("".join(f"hub n{i:03d}\n" for i in range(255)))
+    seen: list[tuple[list, float]] = []
+    phases: list[str] = []
+    cfg = config_from_topology(load_topology(star), seed=1, pairs=2)
+    cfg.on_refused = lambda refused: seen.append((refused, len(phases)))
+    out = run_sim_sync(cfg, progress=lambda phase, _t: phases.append(phase))
+    assert [(len(r), n) for r, n in seen] == [(2, 0)]  # both refusals, before any convergence progress
+    assert seen[0][0] == out["links_refused"] and out["snake_converged_s"] is not None
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sim", str(star), "--json", "--pairs", "2",
+                           "--quiet"], capture_output=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    warn = next(i for i, line in enumerate(lines) if line.startswith("warning: 2 topology links not made"))
+    doc = next(i for i, line in enumerate(lines) if line.startswith("{"))
+    assert warn < doc and json.loads(lines[doc])["links_refused_count"] == 2
 
 
 def test_a_topology_that_fits_refuses_nothing() -> None:
