@@ -31,26 +31,18 @@ from orchestrator.chaos.flight import REFERENCE_NODE, from_admin
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.nemesis import random_scenario
 from orchestrator.chaos.runner import run_scenario
-from orchestrator.chaos.scenario import Scenario, parse_scenario_yaml
+from orchestrator.chaos.scenario import Scenario
 from orchestrator.model.generators import ring
 from orchestrator.model.topology import Topology
 from orchestrator.model.topology_loaders import parse_yaml
 from orchestrator.tools.capture import TSHARK_ARGS, check_capture, dissector_path
 from tests.ci import need
 from tests.orchestrator.docker_helpers import left_behind
+from tests.orchestrator.planted import PLANTED
 
 REPO = Path(__file__).resolve().parents[3]
 
 RING = ring(6)
-#: a node that drops every Traffic frame it receives: pings through it or to it are lost, the step fails
-PLANTED = parse_scenario_yaml("""\
-name: planted
-settle_s: 1
-traffic: null
-steps:
-  - {action: wait, until: converged, within_s: 120}
-  - {action: adversary, target: n03, drop: {traffic: 100}}
-""")
 
 
 def _run(scenario: Scenario, run_dir: Path | None, **kw: Any) -> dict[str, Any]:

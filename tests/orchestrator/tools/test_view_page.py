@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.orchestrator.planted import PLANTED_YAML as PLANTED
 from tests.orchestrator.tools.view_helpers import (REPO, body, box, boxes, chromium, overlapping, screenshot, served,
                                                    snekbed, wait_page)
 
@@ -19,15 +20,6 @@ pytestmark = [pytest.mark.slow]
 
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 RING8 = REPO / "compose" / "topologies" / "ring-8.yaml"
-#: n03 drops every Traffic frame it receives: pings through it are lost, the step fails, the rings are dumped
-PLANTED = """\
-name: planted
-settle_s: 1
-traffic: null
-steps:
-  - {action: wait, until: converged, within_s: 120}
-  - {action: adversary, target: n03, drop: {traffic: 100}}
-"""
 
 
 @pytest.fixture(scope="module")

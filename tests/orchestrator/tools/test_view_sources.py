@@ -15,25 +15,15 @@ import trio.testing
 
 from orchestrator.backends.inproc import InprocNetwork, SimNode
 from orchestrator.chaos.engine import ChaosOptions, execute
-from orchestrator.chaos.scenario import parse_scenario_yaml
 from orchestrator.model.generators import ring
 from orchestrator.tools.view.app import LiveHub, build_app, build_live_app
 from orchestrator.tools.view.frames import GraphInfo
 from orchestrator.tools.view.live import RECENT_PINGS, InprocLive
 from orchestrator.tools.view.recorder import MAX_DROPS
 from orchestrator.tools.view.timeline import Timeline
+from tests.orchestrator.planted import PLANTED
 
 RING = ring(6)
-#: a node that drops every Traffic frame it receives: pings through it are lost, the step fails and every live
-#: node's flight recorder is dumped (the same plant as tests/orchestrator/chaos/test_chaos_recorder.py)
-PLANTED = parse_scenario_yaml("""\
-name: planted
-settle_s: 1
-traffic: null
-steps:
-  - {action: wait, until: converged, within_s: 120}
-  - {action: adversary, target: n03, drop: {traffic: 100}}
-""")
 
 
 def test_live_pings_of_an_in_process_network_as_replay_draws_them() -> None:
