@@ -16,11 +16,17 @@ observer decides convergence (orchestrator.model.observe):
 
 A step may expect an invariant to break (``expect: {pairs_reachable: false}``);
 then ``ok`` is true when it did break. ``held`` always says what was observed.
+
+While adversaries are present (``adversaries``: the nodes an ``adversary`` step or an adversarial ``join`` made
+so, until they turn honest: :func:`adversaries_after`), each invariant is judged on the honest view: adversarial
+nodes are not judged, pings with an adversarial end are not counted, and an honest node is held to what it can
+know: its root may be its component's highest key or the component's highest honest key, its descending key the
+next lower key of its component or the next lower honest key (an adversary may hide its own key, never another's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +34,8 @@ import networkx as nx
 
 from orchestrator.chaos.scenario import INVARIANTS
 
-__all__ = ["Invariant", "NodeState", "PingOutcome", "Reconvergence", "TransientWatch", "evaluate", "out_of_order",
-           "run_verdict", "verdict_of"]
+__all__ = ["Invariant", "NodeState", "PingOutcome", "Reconvergence", "TransientWatch", "adversaries_after", "evaluate",
+           "out_of_order", "run_verdict", "verdict_of"]
 
 _MAX_NAMED = 6
 
@@ -150,8 +156,10 @@ def evaluate(
     reconvergence: Reconvergence | None = None,
     expect: Mapping[str, bool] | None = None,
     names_by_key: Mapping[bytes, str] | None = None,
+    adversaries: Collection[str] = (),
 ) -> dict[str, Invariant]:
-    """Every invariant of INVARIANTS, in that order. ``graph`` is the live graph (names as nodes)."""
+    """Every invariant of INVARIANTS, in that order. ``graph`` is the live graph (names as nodes); with
+    ``adversaries``, on the honest view (module doc)."""
     comps = _components(graph, states)
     name_of = dict(names_by_key or {})
     for name, st in states.items():
@@ -162,15 +170,25 @@ def evaluate(
             return "none"
         return name_of.get(key, key.hex()[:12])
 
-    one_root, highest = _roots(comps, states, label)
+    adv = set(adversaries)
+    if adv:
+        one_root, highest, snake = _honest(comps, states, adv, label)
+        pings = [p for p in pings if p.a not in adv and p.b not in adv]
+        honest = {n: st for n, st in states.items() if n not in adv}
+    else:
+        one_root, highest = _roots(comps, states, label)
+        snake, honest = _snake(comps, states, label), dict(states)
     out = {
         "one_root_per_component": one_root,
         "root_is_highest_key": highest,
-        "snake_ordered": _snake(comps, states, label),
+        "snake_ordered": snake,
         "pairs_reachable": _pairs(list(pings)),
-        "no_internal_errors": _internal_errors(states, errors_before),
+        "no_internal_errors": _internal_errors(honest, errors_before),
         "reconverged_within_bound": _reconverged(reconvergence),
     }
+    if adv:
+        for inv in out.values():
+            inv.detail = f"honest view ({len(adv)} adversarial node(s) ignored): {inv.detail}"
     for name, want in (expect or {}).items():
         out[name].expected = want
         if not out[name].evaluated:
@@ -199,6 +217,55 @@ def _roots(comps: _Components, states: Mapping[str, NodeState],
                   detail="; ".join(split) or f"{len(comps.members)} component(s), one root each"),
         Invariant("root_is_highest_key", not wrong, detail="; ".join(wrong) or "every root is its component's highest key"),
     )  # fmt: skip
+
+
+def _honest(comps: _Components, states: Mapping[str, NodeState], adv: set[str],
+            label: Callable[[bytes | None], str]) -> tuple[Invariant, Invariant, Invariant]:  # fmt: skip
+    """``one_root_per_component``, ``root_is_highest_key`` and ``snake_ordered`` on the honest view (module doc):
+    only the honest nodes of each component are judged, each against its component with or without its
+    adversaries' keys."""
+    split, wrong, disordered = [], [], []
+    for members in comps.members:
+        judged = [(k, n) for k, n in members if n not in adv]
+        if not judged:
+            continue
+        roots = {states[n].root for _, n in judged}
+        if len(roots) > 1:
+            split.append(f"honest nodes of the component of {judged[-1][1]} name {len(roots)} roots: "
+                         f"{_names(label(r) for r in roots)}")  # fmt: skip
+        keys, honest = [k for k, _ in members], [k for k, _ in judged]
+        bad = [n for _, n in judged if states[n].root not in (keys[-1], honest[-1])]
+        if bad:
+            wrong.append(f"{_names(bad)} name neither their component's highest key nor its highest honest key")
+        for j, (k, n) in enumerate(judged):
+            i = keys.index(k)
+            want = {keys[i - 1] if i > 0 else None, honest[j - 1] if j > 0 else None}
+            if states[n].descending not in want:
+                disordered.append(f"{n}: descending {label(states[n].descending)}, expected "
+                                  f"{' or '.join(sorted(label(w) for w in want))}")  # fmt: skip
+    return (
+        Invariant("one_root_per_component", not split, detail="; ".join(split) or "one root among honest nodes"),
+        Invariant("root_is_highest_key", not wrong, detail="; ".join(wrong) or "every honest node's root is a highest key"),
+        Invariant("snake_ordered", not disordered,
+                  detail=f"{len(disordered)} honest node(s) out of order: " + "; ".join(disordered[:_MAX_NAMED])
+                  if disordered else "every honest descending key is a next lower key"),
+    )  # fmt: skip
+
+
+def adversaries_after(current: Collection[str], action: str, target: str | None,
+                      detail: Mapping[str, Any] | None) -> frozenset[str]:
+    """The adversarial nodes after one recorded action (the runner's ``act``): an ``adversary`` action makes its
+    target one, unless it turns it honest (``strategy: none``, or a drop strategy dropping nothing); a ``join``
+    with ``adversary`` adds one."""
+    d = detail or {}
+    if target is None or action not in ("adversary", "join"):
+        return frozenset(current)
+    if action == "join":
+        return frozenset(current) | {target} if d.get("adversary") else frozenset(current)
+    strategy = d.get("strategy")
+    honest = strategy == "none" or (strategy in (None, "drop") and not any(
+        float(v) > 0 for v in (d.get("drop") or {}).values()))
+    return frozenset(current) - {target} if honest else frozenset(current) | {target}
 
 
 def _snake(comps: _Components, states: Mapping[str, NodeState], label: Callable[[bytes | None], str]) -> Invariant:

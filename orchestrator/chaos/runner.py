@@ -34,7 +34,8 @@ from orchestrator.tools.monitoring import FAULT_KINDS, RunMetrics
 from orchestrator.model.observe import NodeView, check_convergence
 from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
 from orchestrator.chaos.checker import (
-    Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, evaluate, run_verdict, verdict_of,
+    Invariant, NodeState, PingOutcome, Reconvergence, TransientWatch, adversaries_after, evaluate, run_verdict,
+    verdict_of,
 )  # fmt: skip
 from orchestrator.chaos.apply import StepApplier
 from orchestrator.chaos.confirm import Confirmer
@@ -77,6 +78,8 @@ class ChaosRun:
     rng: random.Random = field(init=False)
     steps: list[dict[str, Any]] = field(default_factory=list)
     applier: StepApplier = field(init=False)
+    #: the adversarial nodes now (checker.adversaries_after): the checker judges the honest view while there are any
+    adversaries: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"chaos-{self.seed}")
@@ -258,7 +261,7 @@ class ChaosRun:
             if late and reconv.pace != "within":
                 rec["reconvergence"] = reconv.to_dict()
         inv = evaluate(graph, states, pings=pings, errors_before=errors_before, reconvergence=reconv,
-                       expect=step.expect)  # fmt: skip
+                       expect=step.expect, adversaries=self.adversaries)  # fmt: skip
         if b.moves:
             not_judged(inv, len(moving), live, bound, unjudged)
             rec["settled_nodes"] = len(states)
@@ -306,7 +309,8 @@ class ChaosRun:
         # the other invariants as they are now; the transient ones as the watch judged them, or, when they were
         # not in question, as first read (a node that breaks during the watch is the next step's business)
         graph, states, _, _ = await self._reading(reconv.bound_s if reconv is not None else TRANSIENT_S)
-        last = evaluate(graph, states, errors_before=errors_before, reconvergence=reconv, expect=step.expect)
+        last = evaluate(graph, states, errors_before=errors_before, reconvergence=reconv, expect=step.expect,
+                        adversaries=self.adversaries)
         for name, judge in (("snake_ordered", watch.snake_ordered), ("pairs_reachable", watch.pairs_reachable)):
             last[name] = judge(first[name]) if name in names else first[name]
         if not all(last[n].ok for n in names):
@@ -351,6 +355,7 @@ class ChaosRun:
     def _act(self, action: str, target: str | None, detail: dict[str, Any] | None = None) -> None:
         """One fault as it happens: into the run's actions.jsonl (the contract's vocabulary) and to the hook."""
         now = self.backend.now()
+        self.adversaries = adversaries_after(self.adversaries, action, target, detail)
         self.backend.record_action(action, target, detail, now)
         if self.metrics is not None and action in FAULT_KINDS:
             self.metrics.fault(action)

@@ -1,0 +1,65 @@
+"""The checker's honest view: while adversaries are present, adversarial nodes and pairs with an adversarial end are
+not judged, and an honest node may name what it can know (orchestrator.chaos.checker)."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from orchestrator.chaos.checker import NodeState, PingOutcome, adversaries_after, evaluate
+
+
+def _line() -> tuple[nx.Graph, dict[str, bytes]]:
+    """a - b - c - d - e, keys in name order (e is the highest)."""
+    g = nx.path_graph(["a", "b", "c", "d", "e"])
+    return g, {n: bytes([i + 1]) for i, n in enumerate("abcde")}
+
+
+def test_honest_view_ignores_the_adversary_and_its_pairs() -> None:
+    g, k = _line()
+    # c is an adversary that hides its key: d skips it and points at b; c names nonsense
+    states = {
+        "a": NodeState(k["a"], k["e"], None), "b": NodeState(k["b"], k["e"], k["a"]),
+        "c": NodeState(k["c"], k["c"], None),
+        "d": NodeState(k["d"], k["e"], k["b"]), "e": NodeState(k["e"], k["e"], k["d"]),
+    }  # fmt: skip
+    pings = [PingOutcome("a", "c", "snek", False), PingOutcome("a", "b", "snek", True)]
+    plain = evaluate(g, states, pings=pings)
+    assert not plain["one_root_per_component"].held and not plain["snake_ordered"].held
+    assert not plain["pairs_reachable"].held
+    honest = evaluate(g, states, pings=pings, adversaries={"c"})
+    for name in ("one_root_per_component", "root_is_highest_key", "snake_ordered", "pairs_reachable"):
+        assert honest[name].held, honest[name].detail
+        assert honest[name].detail.startswith("honest view (1 adversarial node(s) ignored)")
+    # a lost ping between honest nodes across the adversary still breaks reachability; so does a cut the adversary
+    # made (each side converged on its own: d names d's side's root, not the component's)
+    split = dict(states, d=NodeState(k["d"], k["e"], None), a=NodeState(k["a"], k["b"], None),
+                 b=NodeState(k["b"], k["b"], k["a"]))
+    got = evaluate(g, split, adversaries={"c"})
+    assert not got["one_root_per_component"].held and not got["snake_ordered"].held
+    cut = evaluate(g, states, pings=[PingOutcome("a", "e", "snek", False)], adversaries={"c"})
+    assert not cut["pairs_reachable"].held
+    assert set(plain) == set(honest)  # the invariant names are unchanged
+
+
+def test_honest_view_still_sees_honest_disorder_and_expectations() -> None:
+    g, k = _line()
+    states = {n: NodeState(k[n], k["e"], k["abcde"["abcde".index(n) - 1]] if n != "a" else None) for n in "abcde"}
+    states["b"] = NodeState(k["b"], k["e"], k["d"])  # an honest node out of order
+    inv = evaluate(g, states, adversaries={"c"}, expect={"snake_ordered": False})
+    assert not inv["snake_ordered"].held and inv["snake_ordered"].ok  # broke, as the step expected
+    # the adversary's key as root (it is the component's highest) is no honest node's fault
+    states2 = {n: NodeState(k[n], k["e"], None) for n in "abcd"} | {"e": NodeState(k["e"], k["e"], None)}
+    assert evaluate(g, states2, adversaries={"e"})["root_is_highest_key"].held
+
+
+def test_adversaries_tracked_from_actions() -> None:
+    s = adversaries_after((), "adversary", "x", {"drop": {"all": 100}})
+    assert s == {"x"}
+    s = adversaries_after(s, "join", "y", {"peers": ["x"], "adversary": True})
+    assert s == {"x", "y"}
+    s = adversaries_after(s, "adversary", "x", {"drop": {"all": 0}})
+    assert s == {"y"}
+    s = adversaries_after(s, "adversary", "y", {"strategy": "none"})
+    assert s == set()
+    assert adversaries_after({"z"}, "kill", "z", None) == {"z"}
+    assert adversaries_after(set(), "adversary", "g", {"strategy": "greyhole", "forward": 0.3}) == {"g"}
