@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "sim": "orchestrator.cli.sim:sim",
     "chaos": "orchestrator.cli.chaos:chaos",
     "ab": "orchestrator.cli.ab:ab",
+    "attack": "orchestrator.cli.attack:attack",
     "node": "node.cli:node",
     "bluetooth": "node.bluetooth_cli:bluetooth",
     "netem": "netem.cli:netem",
