@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -104,8 +105,13 @@ def get_spark(
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions or max(2, 4 * cores))
         if driver_memory:
             settings["spark.driver.memory"] = driver_memory
-    elif shuffle_partitions:
-        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    else:
+        if _on_loopback(master):  # a standalone master on this machine (``snekbed spark up``): so are its workers
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the Python workers run this interpreter
+            settings["spark.driver.host"] = settings["spark.driver.bindAddress"] = "127.0.0.1"
+        if shuffle_partitions:
+            settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     small = master is not None and master.startswith("local") and input_bytes is not None \
         and input_bytes <= SMALL_INPUT_BYTES
     if small:
@@ -152,6 +158,11 @@ def _quiet_codegen_fallback(spark: SparkSession) -> None:
             "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator", level)
     except Exception:  # py4j raises several types for a missing class; nothing else depends on this
         pass
+
+
+def _on_loopback(master: str | None) -> bool:
+    """Whether ``master`` is a standalone master on this machine's loopback (``spark://127.0.0.1:PORT``)."""
+    return master is not None and master.startswith(("spark://127.0.0.1:", "spark://localhost:"))
 
 
 def _local_cores(master: str) -> int:
