@@ -43,6 +43,7 @@ from typing import Any, Final
 
 from . import wire
 from .adversary import Adversary
+from .attacks import Strategy
 from .broadcast import Broadcasts
 from .crypto import Identity
 from .forward import Forwarding
@@ -109,6 +110,7 @@ class Router:
         self.out = Outbox()
         self.counters: Counter[tuple] = self.out.counters
         self.adversary: Adversary | None = None  # drops received frames by kind (chaos tests; node --adversary)
+        self.attack: Strategy | None = None  # an adversary strategy of node.core.attacks (docs/attacks.md)
         self.ping = PingService(self.key, self.counters, self.send_traffic, self.out.emit, self._recompute_deadline)
         if isinstance(snek, str):
             variant: Variant | None = VARIANTS[snek]
@@ -217,6 +219,17 @@ class Router:
             self.adversary = Adversary()
         self.adversary.configure(rates, peer)
 
+    def set_attack(self, strategy: Strategy | None, now: float) -> None:
+        """Run ``strategy`` (node.core.attacks) from ``now`` on; None or the ``none`` strategy: honest again
+        (the drop rates of :meth:`set_adversary` are lifted too)."""
+        if strategy is None or strategy.name == "none":
+            self.attack = None
+            self.adversary = None
+        else:
+            strategy.now = now
+            self.attack = strategy
+        self._recompute_deadline()
+
     def bytes_received(self, port: int, frames: list[tuple[int, bytes]], now: float) -> None:
         """Frames that arrived on ``port``, as ``(type byte, whole frame bytes)``, in order.
 
@@ -231,7 +244,8 @@ class Router:
         fwd = self.forwarding
         fwd.expire_transit(now)
         peer = self.peers.get(port)
-        fast = peer is not None and not self.hop_limiting and self.adversary is None and not self.misrouting
+        fast = (peer is not None and not self.hop_limiting and self.adversary is None and self.attack is None
+                and not self.misrouting)  # fmt: skip
         decode = wire.decode_frame
         i, n = 0, len(frames)
         while i < n:
@@ -250,6 +264,10 @@ class Router:
             return
         t = frame.type
         if self.adversary is not None and self.adversary.drops(peer.key, t):
+            count_drop(self.counters, t, "adversary")
+            self.out.dropped.append((port, frame, "adversary"))
+            return
+        if self.attack is not None and self.attack.swallow(peer.key, frame, self.key, now):
             count_drop(self.counters, t, "adversary")
             self.out.dropped.append((port, frame, "adversary"))
             return
@@ -312,6 +330,8 @@ class Router:
             self.broadcasts.next_deadline(),
             self.snek.next_deadline(),
         )
+        if self.attack is not None:
+            self._deadline = min(self._deadline, self.attack.next_deadline())
 
     def handle_timer(self, now: float) -> None:
         self.forwarding.routing_changed()
@@ -322,6 +342,9 @@ class Router:
         self.forwarding.tick(now)
         self.broadcasts.tick(now, self.tree)
         self.ping.handle_timer(now)
+        attack = self.attack
+        if attack is not None:
+            self.out.sends.extend(attack.tick(now, self))
         self._recompute_deadline()
         self.tree.report_changes()
 
@@ -330,6 +353,10 @@ class Router:
     def drain(self) -> Output:
         """Take every output accumulated since the last drain (see :class:`~node.core.state.Output`)."""
         out = self.out
+        attack = self.attack
+        if attack is not None and attack.watches_sends and out.sends:  # it may withhold some (node.core.attacks)
+            attack.outgoing(out.sends, self)
+            self._recompute_deadline()
         sends: Sequence[Send] = out.sends
         if sends:
             out.sends = []

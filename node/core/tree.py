@@ -277,6 +277,10 @@ class Tree:
             return p.raw, self.key in p.keyset
         return wire.encode_announcement(self.current_announcement()), False
 
+    def announce_to_all(self) -> None:
+        """Send the current announcement to every peer again (node.core.attacks: an announcement flood)."""
+        self._announce_to_all()
+
     def _announce_to_all(self) -> None:
         base, ours = self._current_raw()
         if ours:
