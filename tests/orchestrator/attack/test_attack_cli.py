@@ -1,0 +1,86 @@
+"""``snekbed attack``: end to end in process (runs, Spark, JSON, report), the scenarios it builds, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.chaos.scenario import Note
+from orchestrator.experiments.attack import ATTACKS, AttackPlan, adversary_count, attack_scenario, choose
+from orchestrator.model.topology_loaders import load_topology
+from tests.ci import REPO, need_module
+
+RING8 = REPO / "compose" / "topologies" / "ring-8.yaml"
+METRICS = {"delivery_honest", "stretch", "tree_reconverged_s", "snake_reconverged_s", "control_bytes_per_node_s"}
+
+
+def _attack(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "attack", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=timeout_s)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_drop_damage_curve_end_to_end(tmp_path: Path) -> None:
+    need_module("pyspark")
+    done = _attack("drop", "--fractions", "0,0.1", "--topology", str(RING8), "--seeds", "2", "--backend", "inproc",
+                   "--window", "15", "--master", "local[2]", "--out", str(tmp_path / "out"), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert {"attack", "fractions", "run_dirs"} <= set(doc) and "variants" not in doc
+    assert doc["attack"] == "drop" and [p["fraction"] for p in doc["fractions"]] == [0.0, 0.1]
+    assert len(doc["run_dirs"]) == 4 and all(Path(d, "meta.json").is_file() for d in doc["run_dirs"])
+    for p in doc["fractions"]:
+        assert set(p["metrics"]) == METRICS  # an untargeted attack: no victim_reachability
+        for m in p["metrics"].values():
+            assert {"mean", "ci_low", "ci_high"} <= set(m)
+    at = {p["fraction"]: p["metrics"]["delivery_honest"]["mean"] for p in doc["fractions"]}
+    assert at[0.0] >= at[0.1] and at[0.0] > 0.9, at  # a black hole on a ring of 8 loses the pairs across it
+    out = tmp_path / "out"
+    assert (out / "attack.md").is_file() and (out / "attack-delivery_honest.png").is_file()
+    assert "wall time:" in done.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (("nosuch", "--topology", str(RING8)), "unknown attack 'nosuch'"),
+    (("drop", "--fractions", "0,1.5", "--topology", str(RING8)), "outside [0, 1]"),
+    (("drop", "--fractions", "0,x", "--topology", str(RING8)), "--fractions"),
+    (("drop", "--topology", "no-such-graph"), "no shipped topology"),
+])  # fmt: skip
+def test_bad_input_exits_2_before_any_run(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
+    done = _attack(*args, "--out", str(tmp_path / "out"), timeout_s=60)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_bad_topology_file_exits_2_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes: [a, b]\nlinks:\n  - [a, zz]\n")
+    done = _attack("drop", "--topology", str(bad), "--out", str(tmp_path / "out"), timeout_s=60)
+    assert done.returncode == 2 and "bad.yaml" in done.stderr, done.stderr
+
+
+def test_the_catalogue_names_every_attack_of_the_issue() -> None:
+    assert set(ATTACKS) == {"drop", "greyhole", "sybil", "root_takeover", "bootstrap_flood", "announcement_flood",
+                            "replay", "forge"}  # fmt: skip
+    assert ATTACKS["sybil"].targeted and ATTACKS["sybil"].joins == "near"
+    assert ATTACKS["root_takeover"].joins == "above_all"
+
+
+def test_scenarios_and_selection_rules() -> None:
+    topo = load_topology(RING8)
+    assert adversary_count(0, 8) == 0 and adversary_count(0.01, 8) == 1 and adversary_count(0.25, 8) == 2
+    assert choose(topo, 2, "random", 0, "n01") == choose(topo, 2, "random", 0, "n01")  # seeded
+    assert choose(topo, 2, "victim", 0, "n01") == ["n02", "n08"]  # the victim's neighbours on the ring
+    plan = AttackPlan(ATTACKS["drop"], topo, [0, 0.25], [0])
+    sc0, info0 = attack_scenario(plan, 0.0, 0)
+    sc1, info1 = attack_scenario(plan, 0.25, 0)
+    assert info0["adversaries"] == [] and isinstance(sc0.steps[info0["window"][0]], Note)
+    assert len(info1["adversaries"]) == 2 and info1["window"] == [1, 4]
+    assert [s.action for s in sc1.steps] == ["wait", "adversary", "adversary", "wait", "adversary", "adversary",
+                                             "check"]  # fmt: skip
+    assert all(not s.drop.get("traffic") for s in sc1.steps[4:6])  # they leave: drop nothing
