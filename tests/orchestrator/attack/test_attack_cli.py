@@ -25,7 +25,7 @@ def _attack(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[s
 
 @pytest.mark.slow
 def test_drop_damage_curve_end_to_end(tmp_path: Path) -> None:
-    need_module("pyspark")
+    need_module("pyspark", "snekbed attack analyses its runs with Spark")
     done = _attack("drop", "--fractions", "0,0.1", "--topology", str(RING8), "--seeds", "2", "--backend", "inproc",
                    "--window", "15", "--master", "local[2]", "--out", str(tmp_path / "out"), "--json")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
