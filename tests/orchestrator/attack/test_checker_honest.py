@@ -3,9 +3,15 @@ not judged, and an honest node may name what it can know (orchestrator.chaos.che
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import networkx as nx
 
 from orchestrator.chaos.checker import NodeState, PingOutcome, adversaries_after, evaluate
+from tests.ci import REPO
 
 
 def _line() -> tuple[nx.Graph, dict[str, bytes]]:
@@ -63,3 +69,35 @@ def test_adversaries_tracked_from_actions() -> None:
     assert s == set()
     assert adversaries_after({"z"}, "kill", "z", None) == {"z"}
     assert adversaries_after(set(), "adversary", "g", {"strategy": "greyhole", "forward": 0.3}) == {"g"}
+
+
+EXPECT_BREAK_THEN_HOLD = """\
+name: break-then-hold
+traffic: {rate_per_s: 4, pairs: 30}
+steps:
+  - {action: wait, until: converged, within_s: 120}
+  - {action: adversary, target: h, drop: {traffic: 100}, settle_s: 5, expect: {pairs_reachable: false}}
+  - {action: adversary, target: h, drop: {traffic: 0}, settle_s: 5}
+"""
+
+
+def test_a_scenario_expects_a_break_during_the_attack_and_a_hold_after(tmp_path: Path) -> None:
+    """Two rings joined at h; h drops every data frame: honest pairs across it are lost (expected), pings to and
+    from h are not counted; once h turns honest, every invariant holds again on the plain view."""
+    topo = tmp_path / "two-rings.yaml"
+    links = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "h"), ("h", "a"), ("h", "e"), ("e", "f"), ("f", "g"),
+             ("g", "i"), ("i", "h")]  # fmt: skip
+    topo.write_text("name: two-rings\nnodes: [a, b, c, d, e, f, g, h, i]\nlinks:\n"
+                    + "".join(f"  - [{x}, {y}]\n" for x, y in links))  # fmt: skip
+    sc = tmp_path / "sc.yaml"
+    sc.write_text(EXPECT_BREAK_THEN_HOLD)
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(sc), "--topology", str(topo),
+                           "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    during, after = json.loads(done.stdout)["steps"][1:]
+    reach = during["invariants"]["pairs_reachable"]
+    assert reach["held"] is False and reach["ok"] is True
+    assert reach["detail"].startswith("honest view (1 adversarial node(s) ignored)")
+    assert "h->" not in reach["detail"] and "->h " not in reach["detail"]
+    assert all(v["ok"] for v in after["invariants"].values())
+    assert not any(v["detail"].startswith("honest view") for v in after["invariants"].values())
