@@ -199,9 +199,11 @@ def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scena
     steps += off
     steps.append({"action": "check", "reconvergence": True, "settle_s": plan.settle_s,
                   "note": "after the adversaries left"})
-    pairs = min(n * (n - 1), 60)
+    targeted = a.targeted or plan.rule == "victim"
+    # a targeted attack samples many more pairs, so that some have the victim at one end on a big network too
+    pairs, rate = (min(n * (n - 1), 40 * n), 20) if targeted else (min(n * (n - 1), 60), 10)
     doc = {"name": f"attack-{a.name}-f{fraction:g}", "description": a.what, "settle_s": plan.settle_s,
-           "traffic": {"rate_per_s": 10, "pairs": pairs, "modes": ["snek", "tree"]}, "steps": steps}
+           "traffic": {"rate_per_s": rate, "pairs": pairs, "modes": ["snek", "tree"]}, "steps": steps}
     try:
         sc = Scenario.model_validate(doc)
     except ValidationError as exc:
@@ -209,7 +211,7 @@ def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scena
         where = ".".join(str(x) for x in first["loc"])
         raise AttackError(f"attack {a.name}: its scenario is not valid in this build ({where}: {first['msg']}); "
                           f"the strategy {a.step.get('strategy', 'drop')!r} may not be implemented yet") from None
-    info = {"adversaries": adversaries, "victim": victim if (a.targeted or plan.rule == "victim") else None,
+    info = {"adversaries": adversaries, "victim": victim if targeted else None,
             "k": k, "window": [on_index, off_index]}  # fmt: skip
     return sc, info
 
