@@ -24,6 +24,7 @@ them exists on every host, as a shared filesystem would on real machines.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import subprocess
 import tempfile
@@ -42,7 +43,8 @@ from orchestrator.backends.image_common import ImageBuildError, Progress
 from orchestrator.backends.image_inputs import hash_fields
 
 __all__ = ["LABEL_CLUSTER", "LABEL_CLUSTER_HOST", "ENGINE_PORT", "ClusterError", "Cluster", "ClusterHost",
-           "build_host_image", "cluster_up", "cluster_down", "find_cluster", "host_client", "load_images"]
+           "build_host_image", "cluster_up", "cluster_down", "find_cluster", "list_clusters", "host_client", "load_images",
+           "crash_host", "start_host", "partition_host", "host_running", "outer_client", "outer_url"]
 
 LABEL_CLUSTER = "snekbed.cluster"
 LABEL_CLUSTER_HOST = "snekbed.cluster.host"
@@ -58,7 +60,7 @@ POLL_S = 0.2
 HOST_RUN_FLAGS = ("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
                   "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined",
                   "--device-cgroup-rule", "a *:* rwm", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cgroupns=host",
-                  "--init")
+                  "--tmpfs", "/run", "--init")  # /run fresh on each start: no stale docker.pid after a restart
 _HOST_DOCKERFILE = """\
 FROM {base}
 LABEL snekbed.image="host" snekbed.base="{base}" snekbed.inputs="{inputs}"
@@ -112,12 +114,26 @@ class Cluster:
                 "timings_s": {k: round(v, 3) for k, v in self.timings.items()}, "images": self.images}
 
 
-def _docker(*args: str, input_cmd: list[str] | None = None, check: bool = True) -> str:
-    """Run the docker CLI against this machine's engine; return stdout. Raises ClusterError with stderr."""
-    proc = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+def outer_url() -> str:
+    """The engine the inner hosts run on: ``$SNEKBED_CLUSTER_ENGINE``, else this machine's socket (never
+    ``$DOCKER_HOST``, which may point at the cluster's manager)."""
+    return os.environ.get("SNEKBED_CLUSTER_ENGINE") or "unix:///var/run/docker.sock"
+
+
+def outer_client() -> docker.DockerClient:
+    return docker.DockerClient(base_url=outer_url())
+
+
+def _docker(*args: str, check: bool = True) -> str:
+    """Run the docker CLI against the outer engine; return stdout. Raises ClusterError with stderr."""
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, check=False, env=_outer_env())
     if check and proc.returncode != 0:
         raise ClusterError(f"docker {' '.join(args[:3])} ... failed: {proc.stderr.strip()[-500:]}")
     return proc.stdout.strip()
+
+
+def _outer_env() -> dict[str, str]:
+    return {**os.environ, "DOCKER_HOST": outer_url()}
 
 
 def build_host_image(client: docker.DockerClient, *, progress: Progress | None = None) -> str:
@@ -173,23 +189,74 @@ def wait_ready(manager: docker.DockerClient, names: Iterable[str], timeout_s: fl
         time.sleep(POLL_S)
 
 
-def find_cluster(cluster_id: str | None = None) -> Cluster:
-    """The (one, or the given) cluster on this engine, from its labelled containers. Raises ClusterError."""
-    label = f"{LABEL_CLUSTER}={cluster_id}" if cluster_id else LABEL_CLUSTER
+def list_clusters() -> list[Cluster]:
+    """Every snekbed cluster on the outer engine, from its labelled host containers (hosts by name)."""
     fmt = '{{.Names}}\t{{.Label "snekbed.cluster"}}\t{{.Label "snekbed.cluster.host"}}\t' \
           '{{.Label "snekbed.cluster.role"}}'
-    rows = [line.split("\t") for line in _docker("ps", "-a", "--filter", f"label={label}", "--format", fmt).splitlines()]
-    ids = sorted({r[1] for r in rows})
-    if not ids:
-        raise ClusterError("no snekbed cluster on this engine (snekbed cluster up --hosts 3)")
-    if len(ids) > 1:
-        raise ClusterError(f"several clusters ({', '.join(ids)}): name one")
-    cl = Cluster(ids[0], f"snekbed-cluster-{ids[0]}")
-    for name, _cid, host, role in sorted(rows, key=lambda r: r[2]):
-        addr = _docker("inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{cl.network}").IPAddress}}}}', name,
-                       check=False)
-        cl.hosts.append(ClusterHost(host, name, addr, role))
-    return cl
+    rows = [line.split("\t") for line in _docker("ps", "-a", "--filter", f"label={LABEL_CLUSTER}", "--format",
+                                                 fmt).splitlines() if line.strip()]
+    out = []
+    for cid in sorted({r[1] for r in rows}):
+        cl = Cluster(cid, f"snekbed-cluster-{cid}")
+        for name, _cid, host, role in sorted((r for r in rows if r[1] == cid), key=lambda r: r[2]):
+            cl.hosts.append(ClusterHost(host, name, _address(name, cl.network), role))
+        out.append(cl)
+    return out
+
+
+def _address(container: str, network: str) -> str:
+    return _docker("inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}', container,
+                   check=False)
+
+
+def find_cluster(cluster_id: str | None = None, *, manager_address: str | None = None) -> Cluster:
+    """The cluster with this id, or whose manager has this address, or the only one. Raises ClusterError."""
+    found = list_clusters()
+    if cluster_id is not None:
+        found = [c for c in found if c.id == cluster_id]
+    if manager_address is not None:
+        found = [c for c in found if any(h.role == "manager" and h.address == manager_address for h in c.hosts)]
+    if not found:
+        said = f" with manager {manager_address}" if manager_address else f" {cluster_id}" if cluster_id else ""
+        raise ClusterError(f"no snekbed cluster{said} on the engine {outer_url()} (snekbed cluster up --hosts 3)")
+    if len(found) > 1:
+        raise ClusterError(f"several clusters ({', '.join(c.id for c in found)}): name one with --cluster")
+    return found[0]
+
+
+def host_running(host: ClusterHost) -> bool:
+    return _docker("inspect", "-f", "{{.State.Running}}", host.container, check=False) == "true"
+
+
+def crash_host(host: ClusterHost) -> None:
+    """SIGKILL the inner host's container: its engine and every task on it die at once."""
+    _docker("kill", host.container)
+
+
+def start_host(cluster: Cluster, host: ClusterHost, timeout_s: float = ENGINE_TIMEOUT_S) -> float:
+    """Start a crashed host again and wait until its engine answers and the swarm lists it ready; seconds taken."""
+    t0 = time.monotonic()
+    _docker("start", host.container)
+    host.address = _address(host.container, cluster.network) or host.address
+    wait_engine(host, timeout_s)
+    wait_ready(host_client(cluster.manager), [host.name], timeout_s)
+    return time.monotonic() - t0
+
+
+#: the overlay data plane (VXLAN) between hosts; the control plane (2377, 7946) stays up
+_VXLAN_RULES = (("INPUT", "--dport"), ("OUTPUT", "--dport"))
+
+
+def partition_host(host: ClusterHost, cut: bool) -> None:
+    """Cut the host off the others' overlays (drop VXLAN, UDP 4789, in and out of it), or undo that."""
+    for chain, port in _VXLAN_RULES:
+        rule = [chain, "-p", "udp", port, "4789", "-j", "DROP"]
+        present = subprocess.run(["docker", "exec", host.container, "iptables", "-C", *rule], capture_output=True,
+                                 env=_outer_env(), check=False).returncode == 0
+        if cut and not present:
+            _docker("exec", host.container, "iptables", "-I", *rule)
+        elif not cut and present:
+            _docker("exec", host.container, "iptables", "-D", *rule)
 
 
 def load_images(cluster: Cluster, images: Iterable[str], progress: Progress) -> dict[str, Any]:
@@ -204,9 +271,9 @@ def load_images(cluster: Cluster, images: Iterable[str], progress: Progress) -> 
                 if host_client(h).images.get(image).id == image_id:
                     continue
             progress(f"loading {image} on {h.name}")
-            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, env=_outer_env())
             load = subprocess.run(["docker", "exec", "-i", h.container, "docker", "load", "-q"], stdin=save.stdout,
-                                  capture_output=True, text=True, check=False)
+                                  capture_output=True, text=True, check=False, env=_outer_env())
             assert save.stdout is not None
             save.stdout.close()
             if save.wait() != 0 or load.returncode != 0:
@@ -226,7 +293,7 @@ def cluster_up(hosts: int, *, share: Iterable[Path] = (), images: Iterable[str] 
     progress = progress or (lambda _s: None)
     if not 1 <= hosts <= 9:
         raise ClusterError(f"--hosts {hosts}: give 1 to 9 hosts")
-    outer = docker.from_env()
+    outer = outer_client()
     t0 = time.monotonic()
     tag = build_host_image(outer, progress=progress)
     cid = cluster_id or secrets.token_hex(3)
@@ -257,8 +324,7 @@ def _start(cl: Cluster, tag: str, hosts: int, share: list[Path], progress: Progr
                 "--label", f"{LABEL_CLUSTER_HOST}={name}", "--label", f"{LABEL_CLUSTER_ROLE}={h.role}",
                 *HOST_RUN_FLAGS, "-v", f"{volume}:/var/lib/docker", *mounts, tag,
                 f"--cgroup-parent=/snekbed-cluster-{cl.id}-{name}")
-        h.address = _docker("inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{cl.network}").IPAddress}}}}',
-                            h.container)
+        h.address = _address(h.container, cl.network)
         cl.hosts.append(h)
         progress(f"started inner host {name} ({h.address})")
     clients = {h.name: wait_engine(h) for h in cl.hosts}

@@ -21,10 +21,12 @@ from typing import Any, assert_never
 
 from node.core.variants import VariantSpec
 
+from orchestrator.chaos.attack_steps import apply_strategy, ground_key
 from orchestrator.chaos.backend import ChaosBackend
 from orchestrator.chaos.confirm import Confirmer
 from orchestrator.chaos.scenario import (
-    Adversary, AnyStep, Check, Churn, Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Mobility, Note, Partition,
+    Adversary, AnyStep, Check, Churn, Flap, Heal, HostCrash, HostPartition, HostRestart, Join, Kill,
+    LinkChange, LinkDown, LinkUp, Mobility, Note, Partition,
     Pause, RemoveNode, Restart, Resume, Scenario, Traffic, Wait, _LinkStep, _NodeStep,
 )  # fmt: skip
 from orchestrator.chaos.targets import (
@@ -39,6 +41,10 @@ Act = Callable[[str, str | None, dict[str, Any] | None], None]
 Target = str | list[str]
 #: what a step did: its targets for the record, and a detail
 Applied = tuple[Sequence[Target], str | None]
+
+
+async def _nothing() -> None:
+    return None
 
 
 @dataclass
@@ -99,6 +105,8 @@ class StepApplier:
                 return [], None
             case Mobility():
                 return await self._mobility(step)
+            case HostCrash() | HostRestart() | HostPartition():
+                return await self._host(step)
             case _:
                 assert_never(step)
 
@@ -221,9 +229,10 @@ class StepApplier:
     async def _join(self, step: Join) -> Applied:
         b = self.backend
         if step.node is not None:
+            ground = await ground_key(b, step) if step.key is not None else {}
             await b.add_node(step.node, step.peers, step.link_class, step.adversary,
                              VariantSpec.parse(step.variant) if step.variant else None)  # fmt: skip
-            self.act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary})
+            self.act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary, **ground})
             if self.confirm is not None:
                 await self.confirm.back([step.node], "join")
             return [step.node], None
@@ -237,6 +246,8 @@ class StepApplier:
 
     async def _adversary(self, step: Adversary) -> Applied:
         names = await self._nodes(step)
+        if step.drop is None:  # a strategy other than drop (docs/attacks.md)
+            return names, await apply_strategy(self.backend, step, names, self.act)
         kinds = [k for k, v in step.drop.items() if v > 0]
         before = await self.confirm.drops_before(names, kinds, step.peer) if self.confirm is not None else {}
         for n in names:
@@ -292,6 +303,29 @@ class StepApplier:
                                                                      exclude_defaults=True).items()
                                     if k in ("movement", "for_s", "nodes", "group", "speed_mps", "model", "position")})
         return targets, detail
+
+    # ------------------------------------------------------------------ host faults (a multi-host swarm)
+
+    async def _host(self, step: HostCrash | HostRestart | HostPartition) -> Applied:
+        """A host fault: only a backend with hosts has ``host_fault`` (the swarm backend on a ``snekbed cluster``)."""
+        fault = getattr(self.backend, "host_fault", None)
+        if fault is None:
+            raise TargetError(f"{step.action}: the {getattr(self.backend, 'name', '?')} backend has no hosts (host "
+                              "faults need --backend swarm on a multi-host swarm: docs/multi-host.md)")
+        root = None
+        if step.host == "root_host":
+            root = (await self.view()).root()
+        host, nodes, links = await fault(step.action, step.host, root)
+        self.act(step.action, host, {"nodes": nodes, "links": [f"{x}--{y}" for x, y in links]})
+        if self.confirm is not None and nodes:
+            await (self.confirm.silenced(nodes, step.action) if isinstance(step, HostCrash) else
+                   self.confirm.back(nodes, step.action) if isinstance(step, HostRestart) else _nothing())
+        if isinstance(step, HostPartition) and step.for_s:
+            await self.backend.sleep(step.for_s)
+            back = await self.backend.heal()
+            self.act("heal", None, {"links": [f"{x}--{y}" for x, y in back]})
+        what = {"host_crash": "down", "host_restart": "back", "host_partition": "cut off"}[step.action]
+        return [host, *nodes], f"host {host} {what}: {len(nodes)} node(s), {len(links)} cross-host link(s)"
 
     # ------------------------------------------------------------------ traffic
 

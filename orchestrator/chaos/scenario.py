@@ -26,8 +26,8 @@ from pydantic import Field, ValidationError
 from orchestrator.chaos.sequence import EXTENSION_KEY, translate
 from orchestrator.chaos.steps import (
     _ACTIONS, ADVERSARY_DROP_KINDS, INVARIANTS, LINK_ROLES, MAX_WAIT_S, NODE_ROLES, Adversary, AnyStep, Check, Churn,
-    Flap, Heal, Join, Kill, LinkChange, LinkDown, LinkUp, Mobility, Note, Partition, Pause, RemoveNode, Restart,
-    Resume,
+    Flap, Heal, HostCrash, HostPartition, HostRestart, Join, Kill, LinkChange, LinkDown, LinkUp, Mobility, Note,
+    Partition, Pause, RemoveNode, Restart, Resume,
     ScenarioError, Step, Traffic, TrafficSpec, Wait, _LinkStep, _Model, _NodeStep, _SECONDS,
 )  # fmt: skip
 from orchestrator.model.mobility_change import CHANGEABLE_MODELS
@@ -35,7 +35,8 @@ from orchestrator.model.topology import Loc, Topology, TopologyError, _line_of, 
 from orchestrator.model.topology_loaders import _compose
 
 __all__ = [
-    "ADVERSARY_DROP_KINDS", "Adversary", "AnyStep", "Check", "Churn", "Flap", "Heal", "INVARIANTS", "Join", "Kill",
+    "ADVERSARY_DROP_KINDS", "Adversary", "AnyStep", "Check", "Churn", "Flap", "Heal", "HostCrash", "HostPartition",
+    "HostRestart", "INVARIANTS", "Join", "Kill",
     "LINK_ROLES", "LinkChange", "LinkDown", "LinkUp", "MAX_WAIT_S", "Mobility", "NODE_ROLES", "Note", "Partition",
     "Pause",
     "RemoveNode", "Restart", "Resume", "Scenario", "ScenarioError", "Step", "Traffic", "TrafficSpec", "Wait",
@@ -250,6 +251,8 @@ def _named(step: AnyStep) -> Iterator[tuple[Loc, str]]:
         yield ("target",), step.target
     if isinstance(step, Adversary) and step.peer is not None:
         yield ("peer",), step.peer
+    if isinstance(step, Adversary) and step.victim is not None:
+        yield ("victim",), step.victim
     if isinstance(step, _LinkStep) and not isinstance(step.link, str):
         yield from ((("link", k), n) for k, n in enumerate(step.link))
     if isinstance(step, Partition) and step.groups is not None:
@@ -258,6 +261,8 @@ def _named(step: AnyStep) -> Iterator[tuple[Loc, str]]:
     if isinstance(step, Join):
         yield from ((("peers", k), n) for k, n in enumerate(step.peers))
         yield from ((("link", k), n) for k, n in enumerate(step.link or ()))
+        if step.key is not None and step.key.near is not None:
+            yield ("key", "near"), step.key.near
     if isinstance(step, Mobility):
         yield from ((("nodes", k), n) for k, n in enumerate(step.nodes))
 

@@ -7,16 +7,20 @@ Each step class validates its own fields; :data:`AnyStep` is the union orchestra
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from node.core.attacks import STRATEGIES, make_strategy
+from node.core.grind import DEFAULT_MAX_TRIES, MAX_TRIES
 from node.core.variants import VariantSpec
 from orchestrator.model.mobility_spec import GaussMarkovSpec, RandomWaypointSpec, SpeedRange, StaticSpec
 from orchestrator.model.topology import NODE_NAME_RE, TopologyError
 
 __all__ = [
-    "ADVERSARY_DROP_KINDS", "AnyStep", "INVARIANTS", "LINK_ROLES", "MAX_WAIT_S", "NODE_ROLES", "REFERENCE_DROP_KEYS",
+    "ADVERSARY_DROP_KINDS", "AnyStep", "HOST_ROLES", "HostCrash", "HostPartition", "HostRestart",
+    "INVARIANTS", "LINK_ROLES", "MAX_WAIT_S", "NODE_ROLES", "REFERENCE_DROP_KEYS",
     "ScenarioError", "Step", "TrafficSpec",
 ]  # fmt: skip
 
@@ -45,6 +49,10 @@ NODE_ROLES = (
 )
 #: Roles a link target may name instead of ``[a, b]``.
 LINK_ROLES = ("bridge", "random", "root_link")
+
+#: Roles a host target may name instead of a host (resolved on the live run when the step runs).
+HOST_ROLES = ("root_host", "busiest_host")
+_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 #: Frame kinds an adversary can drop (``snekbed node --adversary``), and the reference's DropRates keys.
 DropKind = Literal["all", "keepalive", "tree_announcement", "bootstrap", "wakeup_broadcast", "traffic"]
@@ -236,6 +244,25 @@ class Churn(_Step):
     down_s: float = Field(5.0, gt=0, le=MAX_WAIT_S)
 
 
+class GroundKey(_Model):
+    """A joining node's key, ground (node.core.grind): ``near: VICTIM`` with ``side`` above or below (next to
+    the victim in the snake), or ``above_all: true`` (above every honest key: the root). Seeded by the run's seed,
+    at most ``max_tries`` keys tried."""
+
+    near: str | None = None
+    side: Literal["above", "below"] = "above"
+    above_all: bool = False
+    max_tries: int = Field(DEFAULT_MAX_TRIES, ge=1, le=MAX_TRIES)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> GroundKey:
+        if (self.near is None) == (not self.above_all):
+            raise ValueError("give 'near: VICTIM' (with 'side: above|below') or 'above_all: true'")
+        if self.near is not None and not NODE_NAME_RE.match(self.near):
+            raise ValueError(f"near: {self.near!r} is not a node name")
+        return self
+
+
 class Join(_Step):
     """A node joins (``node`` + ``peers``), or a link is added between existing nodes (``link``)."""
 
@@ -246,6 +273,7 @@ class Join(_Step):
     link_class: str = Field("pipe", alias="class")
     adversary: bool = False
     variant: str | None = Field(None, description="the joining node's protocol variant spec (default: the run's)")
+    key: GroundKey | None = Field(None, description="a key ground for the joining node (docs/attacks.md)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -260,26 +288,111 @@ class Join(_Step):
             raise ValueError("give 'node' (with optional 'peers') or 'link' ([a, b])")
         if self.variant is not None and self.node is None:
             raise ValueError("'variant' belongs to a joining 'node', not to a 'link'")
+        if self.key is not None and self.node is None:
+            raise ValueError("'key' belongs to a joining 'node', not to a 'link'")
         for name in (self.node, *self.peers, *(self.link or ())):
             if name is not None and not NODE_NAME_RE.match(name):
                 raise ValueError(f"{name!r} is not a node name")
         return self
 
 
+#: adversary strategies (node.core.attacks; docs/attacks.md): ``drop`` and the others
+StrategyName = Literal["drop", "greyhole", "sybil", "root_takeover", "bootstrap_flood", "announcement_flood",
+                       "replay", "forge", "none"]  # fmt: skip
+#: the strategy parameters a step may give (each strategy takes its own: node.core.attacks.STRATEGIES)
+STRATEGY_PARAMS = ("forward", "seed", "victim", "mode", "period_s", "multiple", "interval_s", "rate_per_s", "kinds")
+
+
 class Adversary(_NodeStep):
-    """The target drops received frames by kind at ``drop`` percentages (0-100), from every peer or one."""
+    """The target turns adversary. ``strategy: drop`` (the default when ``drop`` is given): it drops received
+    frames by kind at ``drop`` percentages (0-100), from every peer or ``peer``. Any other strategy
+    (node.core.attacks, docs/attacks.md) with its parameters; ``none``: honest again."""
 
     action: Literal["adversary"]
-    drop: dict[DropKind, float]
+    strategy: StrategyName | None = None
+    drop: dict[DropKind, float] | None = None
     peer: str | None = None
+    forward: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    victim: str | None = None
+    mode: Literal["drop", "withhold", "rejoin"] | None = None
+    period_s: float | None = Field(None, **_SECONDS)
+    multiple: float | None = Field(None, ge=1, le=10_000)
+    interval_s: float | None = Field(None, ge=0.01, le=MAX_WAIT_S)
+    rate_per_s: float | None = Field(None, gt=0, le=1000)
+    kinds: tuple[str, ...] | None = None
+
+    @property
+    def kind(self) -> str:
+        """The strategy: ``drop`` unless another is named."""
+        return self.strategy or "drop"
+
+    def params(self) -> dict[str, Any]:
+        """The strategy's parameters as given (``victim`` still a node name)."""
+        return {k: getattr(self, k) for k in STRATEGY_PARAMS if getattr(self, k) is not None}
+
+    @model_validator(mode="after")
+    def _strategy_fields(self) -> Adversary:
+        kind, params = self.kind, self.params()
+        if kind == "drop":
+            if self.drop is None:
+                raise ValueError("give 'drop' ({kind: percent}) or a 'strategy' (docs/attacks.md)")
+            if params:
+                raise ValueError(f"{', '.join(params)}: not a parameter of the drop strategy (name a 'strategy')")
+            return self
+        if self.drop is not None or self.peer is not None:
+            raise ValueError(f"'drop' and 'peer' belong to the drop strategy, not to {kind}")
+        known = STRATEGIES[kind][1]
+        extra = [k for k in params if k not in known]
+        if extra:
+            raise ValueError(f"{', '.join(extra)}: not a parameter of {kind} (its parameters: {', '.join(known) or 'none'})")
+        if self.victim is not None and not NODE_NAME_RE.match(self.victim):
+            raise ValueError(f"victim: {self.victim!r} is not a node name")
+        make_strategy(kind, {**params, **({"victim": "00" * 32} if "victim" in params else {})})
+        return self
 
     @field_validator("drop")
     @classmethod
-    def _percent(cls, v: dict[str, float]) -> dict[str, float]:
-        for k, pct in v.items():
+    def _percent(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for k, pct in (v or {}).items():
             if not 0 <= pct <= 100:
                 raise ValueError(f"drop rate for {k} must be 0-100 (percent), got {pct}")
         return v
+
+
+class _HostStep(_Step):
+    """A fault of a whole host of a multi-host swarm (``snekbed cluster``; docs/multi-host.md): ``host`` is a swarm
+    node's hostname (``h2``) or a role: ``root_host`` (the host running the root), ``busiest_host`` (the most
+    live nodes)."""
+
+    host: str
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if v in HOST_ROLES or _HOST_NAME_RE.match(v):
+            return v
+        raise ValueError(f"host {v!r} is neither a hostname nor a role ({', '.join(HOST_ROLES)})")
+
+
+class HostCrash(_HostStep):
+    """The host stops at once (its engine killed): every node on it dies together; peers elsewhere see no FIN."""
+
+    action: Literal["host_crash"]
+
+
+class HostRestart(_HostStep):
+    """The host comes back (crashed first if it runs): its engine starts, and the nodes it ran start again."""
+
+    action: Literal["host_restart"]
+
+
+class HostPartition(_HostStep):
+    """The host is cut off the other hosts' overlays (VXLAN dropped both ways) for ``for_s`` (else until ``heal``):
+    its nodes run on, every link that crosses to it is cut."""
+
+    action: Literal["host_partition"]
+    for_s: float | None = Field(None, gt=0, le=MAX_WAIT_S)
 
 
 #: the models a mobility step may give a node (orchestrator.model.mobility_change)
@@ -374,7 +487,7 @@ class Note(_Step):
 #: One step of any action: orchestrator.chaos.apply dispatches on the class (a ``match``, checked exhaustive).
 AnyStep = Union[
     Kill, Restart, Pause, Resume, RemoveNode, Partition, Heal, LinkDown, LinkUp, Flap, LinkChange, Churn, Join,
-    Adversary, Traffic, Wait, Check, Note, Mobility,
+    Adversary, Traffic, Wait, Check, Note, Mobility, HostCrash, HostRestart, HostPartition,
 ]  # fmt: skip
 #: A step as a scenario file gives it: the class is chosen by ``action``.
 Step = Annotated[AnyStep, Field(discriminator="action")]

@@ -29,16 +29,21 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlparse
 
 import trio
 
 from netem.plan import ShapingBackend
 
+from orchestrator.backends.cluster import (
+    Cluster, ClusterError, crash_host, find_cluster, host_running, partition_host, start_host,
+)  # fmt: skip
 from orchestrator.backends.docker import link_alias
 from orchestrator.backends.swarm import SHAPING_WHY, SwarmBackend, swarm_state
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 from orchestrator.chaos.docker_backend import DockerChaos
+from orchestrator.chaos.docker_backend import _all_at_once
 from orchestrator.chaos.targets import TargetError
 
 __all__ = ["SwarmChaos"]
@@ -60,6 +65,9 @@ class SwarmChaos(DockerChaos):
                          reference_image=reference_image)  # fmt: skip
         self.swarm: SwarmBackend = swarm
         self._here = ""  # this engine's swarm node id
+        self._cluster: Cluster | None = None
+        self._crashed: dict[str, list[str]] = {}  # host -> the nodes its crash took down
+        self._host_cut: dict[str, set[int]] = {}  # host -> the cross-host links its partition cut
 
     def _shaping(self) -> tuple[ShapingBackend, str]:
         return "userspace", SHAPING_WHY
@@ -145,3 +153,111 @@ class SwarmChaos(DockerChaos):
         hosts = sorted({p["host"] for p in placements.values()})
         print(f"snekbed chaos: swarm run {self.run.run_id}: {len(placements)} services on {len(hosts)} swarm "
               f"node(s) ({', '.join(hosts)})", file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------ hosts (a snekbed cluster)
+
+    def _cluster_now(self) -> Cluster:
+        """The snekbed cluster whose manager this engine is; TargetError on any other swarm."""
+        if self._cluster is None:
+            address = urlparse(str(self.swarm.api.base_url)).hostname or ""
+            try:
+                self._cluster = find_cluster(manager_address=address)
+            except ClusterError as exc:
+                raise TargetError(f"host faults act on the hosts of a snekbed cluster (snekbed cluster up): {exc}") \
+                    from None
+        return self._cluster
+
+    def node_hosts(self) -> dict[str, str]:
+        """node -> the host (swarm node hostname) its task runs on, for nodes that run."""
+        gone = self.stopped | self.removed
+        return {n: p["host"] for n, p in self.swarm.placements(self.run.run_id).items() if n not in gone}
+
+    def _resolve_host(self, target: str, root: str | None, on: dict[str, str]) -> str:
+        cl = self._cluster_now()
+        workers = [h.name for h in cl.workers]
+        if target == "root_host":
+            if root is None or root not in on:
+                raise TargetError(f"root_host: the root ({root}) runs on no known host")
+            return on[root]
+        if target == "busiest_host":
+            counts = {h: sum(1 for x in on.values() if x == h) for h in workers}
+            return min(workers, key=lambda h: (-counts[h], h))
+        if target not in workers:
+            raise TargetError(f"host {target!r} is not a worker of cluster {cl.id} ({', '.join(workers)})")
+        return target
+
+    def _crossing(self, host: str, on: dict[str, str]) -> list[int]:
+        assert self.plan is not None
+        return [ln.index for ln in self.plan.links if (on.get(ln.a) == host) != (on.get(ln.b) == host)
+                and ln.a in on and ln.b in on]
+
+    async def host_fault(self, action: str, target: str, root: str | None) -> tuple[str, list[str],
+                                                                                    list[tuple[str, str]]]:
+        """``host_crash`` / ``host_restart`` / ``host_partition`` of ``target`` (a host or a role): the host, the nodes
+        it took down / brought back / cut off, and the cross-host links it cut."""
+        assert self.plan is not None
+        on = await trio.to_thread.run_sync(self.node_hosts)
+        host = await trio.to_thread.run_sync(self._resolve_host, target, root, on)
+        cl = self._cluster_now()
+        h = cl.host(host)
+        links: list[int] = []
+        if action == "host_crash" or (action == "host_restart" and host not in self._crashed):
+            nodes = sorted(n for n, x in on.items() if x == host)
+            links = self._crossing(host, on)
+            await trio.to_thread.run_sync(crash_host, h)
+            self._crashed[host] = self._crashed.get(host, []) + nodes
+            for n in nodes:  # scaled to 0: the swarm does not start them elsewhere; restart scales them back
+                self.paused.discard(n)
+                self.stopped.add(n)
+            await _all_at_once([lambda n=n: self._docker(self.swarm._scale, self.run.run_id, n, 0) for n in nodes])
+        if action == "host_restart":
+            if not await trio.to_thread.run_sync(host_running, h):
+                await trio.to_thread.run_sync(start_host, cl, h)
+            nodes = self._crashed.pop(host, [])
+            await _all_at_once([lambda n=n: self.restart(n) for n in nodes])
+        elif action == "host_partition":
+            nodes = sorted(n for n, x in on.items() if x == host)
+            links = self._crossing(host, on)
+            await trio.to_thread.run_sync(partition_host, h, True)
+            self._host_cut.setdefault(host, set()).update(links)
+            self.down_links.update(links)
+        placements = await trio.to_thread.run_sync(self.node_hosts)
+        faults = list((self.run.meta().get("hosts") or {}).get("faults", []))
+        faults.append({"action": action, "host": host, "nodes": nodes, "at_mono_s": round(self.now(), 3)})
+        self.run.update_meta(hosts={"cluster": cl.id, "faults": faults, "placements_now": placements})
+        return host, nodes, [(self.plan.links[i].a, self.plan.links[i].b) for i in links]
+
+    async def stop(self) -> None:
+        await super().stop()
+        await trio.to_thread.run_sync(self._restore_hosts)
+
+    async def abort(self, exc: BaseException) -> None:
+        await super().abort(exc)
+        await trio.to_thread.run_sync(self._restore_hosts)
+
+    def _restore_hosts(self) -> None:
+        """After the run: hosts it crashed start again and its host partitions are lifted (the cluster serves the
+        next run as it served this one). Their nodes' services are gone with the run by then."""
+        if self._cluster is None:
+            return
+        for host in sorted(self._host_cut):
+            partition_host(self._cluster.host(host), False)
+        self._host_cut.clear()
+        for host in sorted(self._crashed):
+            h = self._cluster.host(host)
+            if not host_running(h):
+                start_host(self._cluster, h)
+        self._crashed.clear()
+
+    async def heal(self) -> list[tuple[str, str]]:
+        """Undo host partitions (VXLAN flows again; both ends of each cut link redial), then link partitions."""
+        assert self.plan is not None
+        back: list[tuple[str, str]] = []
+        for host, cut in sorted(self._host_cut.items()):
+            await trio.to_thread.run_sync(partition_host, self._cluster_now().host(host), False)
+            self.down_links -= cut
+            ends = {x for i in cut for x in (self.plan.links[i].a, self.plan.links[i].b)}
+            await self._redial(ends)
+            back += [(self.plan.links[i].a, self.plan.links[i].b) for i in sorted(cut)]
+        self._host_cut.clear()
+        return back + await super().heal()

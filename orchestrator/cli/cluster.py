@@ -13,8 +13,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.backends.cluster import Cluster, ClusterError, cluster_down, cluster_up, find_cluster
-from orchestrator.backends.engine import EngineUnreachable, docker_client
+from orchestrator.backends.cluster import Cluster, ClusterError, cluster_down, cluster_up, find_cluster, outer_client
 from orchestrator.backends.image import build_node_image
 from orchestrator.backends.image_base import image_exists
 from orchestrator.backends.image_common import ImageError
@@ -56,8 +55,9 @@ def up(hosts: int, share: tuple[Path, ...], images: tuple[str, ...], as_json: bo
     if not 1 <= hosts <= 9:
         raise BadInput(f"--hosts {hosts}: give 1 to 9")
     try:
-        outer = docker_client()
-    except EngineUnreachable as exc:
+        outer = outer_client()
+        outer.ping()
+    except Exception as exc:  # the SDK's and requests' errors: no engine to run the hosts on
         raise BadInput(str(exc)) from None
     node_image = None
     if not images:

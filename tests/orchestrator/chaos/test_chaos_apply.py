@@ -47,6 +47,9 @@ steps:
   - {action: check}
   - {action: note, note: nothing}
   - {action: mobility, movement: stop}
+  - {action: host_crash, host: root_host}
+  - {action: host_restart, host: h1}
+  - {action: host_partition, host: busiest_host}
 """
 
 
@@ -149,6 +152,11 @@ class FakeBackend(ChaosBackend):
         self.calls.append(("mobility", step.movement))
         return "movement stopped"
 
+    async def host_fault(self, action: str, target: str, root: str | None) -> tuple[str, list[str],
+                                                                                    list[tuple[str, str]]]:
+        self.calls.append((action, target, root))
+        return "h1", ["a", "b"], [("b", "c")]
+
 
 def _apply_all(sc: Scenario) -> tuple[FakeBackend, list[tuple[str, Any, Any]], list[Any]]:
     backend, acts, results = FakeBackend(), [], []
@@ -175,16 +183,20 @@ def test_every_step_class_has_its_handler() -> None:
     assert calls[12] == ("link_change", "a", "b", "wifi")
     churn = [c for c in calls[13:] if c[0] in ("kill", "restart")]
     assert [c[0] for c in churn] == ["kill", "restart"] and churn[0][1] == churn[1][1]  # 25 % of 4 nodes: one
-    assert calls[-5:] == [("add_node", "e", ("a",)), ("link_up", "a", "c"), ("adversary", "a", {"bootstrap": 100.0}),
-                          ("traffic", False), ("mobility", "stop")]  # fmt: skip
+    assert calls[-8:] == [("add_node", "e", ("a",)), ("link_up", "a", "c"), ("adversary", "a", {"bootstrap": 100.0}),
+                          ("traffic", False), ("mobility", "stop"), ("host_crash", "root_host", "d"),
+                          ("host_restart", "h1", None), ("host_partition", "busiest_host", None)]  # fmt: skip
     assert [a for a, _, _ in acts] == ["kill", "restart", "pause", "resume", "resume", "kill", "partition", "heal",
                                        "link_down", "link_up", "link_down", "link_up", "link_change", "kill",
-                                       "restart", "join", "join", "adversary", "mobility"]  # fmt: skip
+                                       "restart", "join", "join", "adversary", "mobility", "host_crash",
+                                       "host_restart", "host_partition"]  # fmt: skip
     assert acts[5] == ("kill", "d", {"remove": True})
     assert results[4] == (["d"], None) and results[5] == ([["a"], ["b", "c", "d"]], "2 link(s) cut")
     assert results[9] == ([["b", "c"]], "1 flap(s) of 2 s")
-    assert results[-5:] == [([], "traffic off"), ([], None), ([], None), ([], None),  # traffic, wait, check, note
-                            ([], "movement stopped")]  # mobility
+    assert results[-8:-3] == [([], "traffic off"), ([], None), ([], None), ([], None),  # traffic, wait, check, note
+                              ([], "movement stopped")]  # mobility
+    assert results[-3] == (["h1", "a", "b"], "host h1 down: 2 node(s), 1 cross-host link(s)")
+    assert acts[-1] == ("host_partition", "h1", {"nodes": ["a", "b"], "links": ["b--c"]})
 
 
 def test_a_role_is_resolved_on_the_live_graph_and_recorded_as_kill_root() -> None:
