@@ -25,7 +25,8 @@ REFERENCE_LATEST = "snekbed-reference:latest"
 
 
 def _say(text: str) -> None:
-    click.echo(f"snekbed cluster: {text}", err=True)
+    if not text.startswith("I: "):  # debootstrap's per-package lines, while the host image's base is made
+        click.echo(f"snekbed cluster: {text}", err=True)
 
 
 def _how_to_use(cl: Cluster, node_image: str | None) -> str:
