@@ -1,4 +1,4 @@
-"""Prometheus metrics of one node, served by hypercorn inside the node's nursery.
+"""Prometheus metrics of one node, served (node.httplite) inside the node's nursery.
 
 Each node has its own ``CollectorRegistry`` (so several nodes can share a
 process in tests). Protocol state is read from the router on each scrape by a
@@ -41,17 +41,14 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from contract.frames import FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE, frame_type_name
 from contract.links import default_classes
 from node.config import HostPort
 from node.core.errors import HANDSHAKE_REASONS
 from node.events import shaper_counts
-from node.httpserve import serve_app
+from node.httplite import App, Request, Response, Route
+from node.httplite import serve as serve_http
 from node.view import DISCONNECT_REASONS, DROPS, NodeView
 
 __all__ = ["LINK_CLASSES", "PING_BUCKETS_S", "FamilySet", "NodeCollector", "NodeMetrics", "NodeSnapshot",
@@ -280,13 +277,13 @@ class Renders(Protocol):
     def render(self) -> bytes: ...
 
 
-def build_app(metrics: Renders) -> Starlette:
-    """The ``GET /metrics`` ASGI app."""
+def build_app(metrics: Renders) -> App:
+    """The ``GET /metrics`` app."""
 
     async def scrape(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
+    return App([Route("/metrics", scrape, methods=["GET"])])
 
 
 async def serve(
@@ -297,4 +294,4 @@ async def serve(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``GET /metrics`` on ``where`` until ``shutdown_trigger`` returns. Raises OSError."""
-    await serve_app(build_app(metrics), where, shutdown_trigger, task_status=task_status)
+    await serve_http(build_app(metrics), where, shutdown_trigger, task_status=task_status)
