@@ -79,9 +79,14 @@ class PeerRequest(BaseModel):
 
 
 class AdversaryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    drop: dict[str, float]
+    """``{"drop": {KIND: PERCENT}, "peer": KEY}`` (the drop strategy), or ``{"strategy": NAME, PARAM: VALUE, ...}``
+    (node.core.attacks; the parameters inline or as ``"params": {...}``)."""
+
+    model_config = ConfigDict(extra="allow")
+    strategy: str | None = None
+    drop: dict[str, float] | None = None
     peer: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("peer")
     @classmethod
@@ -257,11 +262,22 @@ class _Handlers:
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, AdversaryRequest)
+        params = {**body.params, **(body.model_extra or {})}
+        if body.strategy in (None, "drop"):
+            if body.drop is None or params:
+                return _error(422, "drop: the drop strategy takes 'drop' ({kind: percent}) and 'peer' only"
+                              if body.drop is not None else "drop: give 'drop' ({kind: percent}) or a 'strategy'")
+            try:
+                result = self.node.set_adversary(body.drop, bytes.fromhex(body.peer) if body.peer else None)
+            except ValueError as exc:
+                return _error(422, f"drop: {exc}")
+            return JSONResponse(result)
+        if body.drop is not None or body.peer is not None:
+            return _error(422, f"strategy: {body.strategy} takes no 'drop' or 'peer' (those are the drop strategy's)")
         try:
-            result = self.node.set_adversary(body.drop, bytes.fromhex(body.peer) if body.peer else None)
+            return JSONResponse(self.node.set_attack(body.strategy, params))
         except ValueError as exc:
-            return _error(422, f"drop: {exc}")
-        return JSONResponse(result)
+            return _error(422, str(exc))
 
     async def traffic(self, request: Request) -> JSONResponse:
         body = await _body(request, TrafficRequest)

@@ -28,6 +28,7 @@ from node.config import (
     link_spec,
     load_identity,
     parse_adversary,
+    parse_attack,
     parse_variant,
     parse_hostport,
     parse_inbound,
@@ -90,7 +91,8 @@ def build_config(**o: object) -> NodeConfig:
         variant=parse_variant(str(o.get("variant", "snek")), list(o.get("knob", ())),  # type: ignore[call-overload]
                               hop_limiting=bool(o["hop_limiting"]), broadcasts=bool(o["broadcasts"])),
         shaping_seed=o["shaping_seed"],  # type: ignore[arg-type]
-        adversary=[parse_adversary(a) for a in o.get("adversary", ())],  # type: ignore[union-attr]
+        adversary=[parse_adversary(a) for a in o.get("adversary", ()) if parse_attack(a) is None],  # type: ignore[union-attr]
+        attack=next((x for a in reversed(o.get("adversary", ())) if (x := parse_attack(a))), None),  # type: ignore[arg-type]
         recorder_s=o.get("recorder_s", DEFAULT_WINDOW_S),  # type: ignore[arg-type]
         recorder_max_entries=o.get("recorder_max_entries", DEFAULT_MAX_ENTRIES),  # type: ignore[arg-type]
     )
@@ -163,7 +165,7 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--knob", multiple=True, metavar="KEY=VALUE", help="Variant knob: root_filter, bootstrap_interval, entry_expiry, hop_limiting, wakeup_broadcasts (docs/variants.md). Repeatable.")
 @click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9); the same as --knob hop_limiting=1.")
 @click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8); --no-broadcasts is --knob wakeup_broadcasts=0.")
-@click.option("--adversary", multiple=True, metavar="SPEC", help="Drop received frames (chaos tests): KIND=PERCENT[,KIND=PERCENT][@PEERKEY], kinds all, keepalive, tree_announcement, bootstrap, wakeup_broadcast, traffic. Repeatable (one per peer).")
+@click.option("--adversary", multiple=True, metavar="SPEC", help="Drop received frames (chaos tests): [drop:]KIND=PERCENT[,KIND=PERCENT][@PEERKEY], kinds all, keepalive, tree_announcement, bootstrap, wakeup_broadcast, traffic. Repeatable (one per peer). Or a strategy (docs/attacks.md): STRATEGY[:NAME=VALUE,...], e.g. greyhole:forward=0.3, sybil:victim=KEYHEX, root_takeover:mode=rejoin,period_s=30, bootstrap_flood:multiple=10, announcement_flood, replay:interval_s=1, forge:rate_per_s=1,kinds=bootstrap+coords, none (the last strategy given wins).")
 @click.option("--recorder-s", type=float, default=DEFAULT_WINDOW_S, help="Flight recorder: keep the last this many seconds of frame headers and routing events in memory, for GET /recorder (0 = off; docs/node.md).")
 @click.option("--recorder-max-entries", type=int, default=DEFAULT_MAX_ENTRIES, help="Flight recorder: the most entries it holds (the oldest go first).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_class
 from node.core.adversary import parse_drop_spec
+from node.core.attacks import STRATEGY_NAMES, make_strategy, parse_strategy_spec
 from node.core.crypto import Identity
 from node.core.recorder import DEFAULT_MAX_ENTRIES, DEFAULT_WINDOW_S
 from node.core.types import MAX_FRAME_LEN, LinkType
@@ -69,9 +70,26 @@ SHAPE_PARAMS: tuple[str, ...] = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit
 _URI_PARAMS = frozenset({"class", "shape", *SHAPE_PARAMS})
 
 
+def parse_attack(spec: str) -> tuple[str, dict[str, str]] | None:
+    """``--adversary STRATEGY[:NAME=VALUE,...]`` for a strategy of node.core.attacks (greyhole, sybil,
+    root_takeover, bootstrap_flood, announcement_flood, replay, forge, none; docs/attacks.md): (strategy, params),
+    checked. None for a drop spec (``drop:...`` or the older ``KIND=PERCENT...``). Raises ConfigError."""
+    head = spec.partition(":")[0].strip()
+    if head == "drop" or (head not in STRATEGY_NAMES and "=" in head):
+        return None
+    try:
+        name, params = parse_strategy_spec(spec)
+        make_strategy(name, params)
+    except ValueError as exc:
+        raise ConfigError("--adversary", spec, str(exc)) from None
+    return name, params
+
+
 def parse_adversary(spec: str) -> tuple[dict[str, float], bytes | None]:
-    """``--adversary KIND=PERCENT[,KIND=PERCENT...][@PEERKEYHEX]`` (kinds: all, keepalive, tree_announcement,
+    """``--adversary [drop:]KIND=PERCENT[,KIND=PERCENT...][@PEERKEYHEX]`` (kinds: all, keepalive, tree_announcement,
     bootstrap, wakeup_broadcast, traffic). Raises ConfigError naming the problem."""
+    if spec.partition(":")[0].strip() == "drop":
+        spec = spec.partition(":")[2]
     try:
         rates, peer = parse_drop_spec(spec)
     except ValueError as exc:
@@ -450,6 +468,8 @@ class NodeConfig:
     shaping_seed: int | None = None
     #: adversarial drops of received frames (node.core.adversary): (kind -> percent, peer key or None for all)
     adversary: list[tuple[dict[str, float], bytes | None]] = field(default_factory=list)
+    #: an adversary strategy of node.core.attacks (``--adversary greyhole:forward=0.3``): (name, params), or None
+    attack: tuple[str, dict[str, str]] | None = None
     #: the flight recorder (node.core.recorder): seconds it keeps (0: off) and the most entries it holds
     recorder_s: float = DEFAULT_WINDOW_S
     recorder_max_entries: int = DEFAULT_MAX_ENTRIES

@@ -44,6 +44,7 @@ import trio
 from contract.links import LINK_TYPE_NAMES, LinkShape, resolve_class
 from node.config import LinkSpec, NodeConfig
 from node.core import wire
+from node.core.attacks import make_strategy
 from node.core.crypto import derive_seed
 from node.core.errors import MalformedFrame
 from node.core.ping import PingResult
@@ -101,6 +102,8 @@ class Node:
         )
         for rates, peer in cfg.adversary:
             self.router.set_adversary(rates, peer)
+        if cfg.attack is not None:
+            self.router.set_attack(make_strategy(*cfg.attack, timers=self.router.t), now)
         self.peers: dict[int, PeerConn] = {}
         #: the shape POST /peers/shape last gave the peerings with a key: a later peering with it (a link cut and
         #: made again) is shaped so too, not as its URI says
@@ -189,6 +192,13 @@ class Node:
         self.router.set_adversary(rates, peer)
         adv = self.router.adversary
         return {"dropped": adv.dropped if adv is not None else 0, "active": bool(adv and adv.active)}
+
+    def set_attack(self, strategy: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /adversary`` with a ``strategy`` (node.core.attacks; ``none``: honest again). Raises ValueError."""
+        self.router.set_attack(make_strategy(strategy, params, timers=self.router.t), trio.current_time())
+        self._dispatch()
+        attack = self.router.attack
+        return attack.describe() if attack is not None else {"strategy": "none"}
 
     def set_link_shape(self, peer: bytes, link_class: str | None,
                        shaping: Mapping[str, float | None]) -> dict[int, dict[str, Any]]:

@@ -174,6 +174,10 @@ class AdminView(NodeView, Protocol):
         """``POST /adversary``: drop received frames by kind. Raises ValueError."""
         ...
 
+    def set_attack(self, strategy: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /adversary`` with a strategy (node.core.attacks; ``none``: honest again). Raises ValueError."""
+        ...
+
     def set_link_shape(self, peer: bytes, link_class: str | None,
                        shaping: Mapping[str, float | None]) -> dict[int, dict[str, Any]]:
         """``POST /peers/shape``: reshape the peerings with ``peer`` (a None clears a field); each port's new
