@@ -309,8 +309,25 @@ class Movement(Protocol):
         return set()
 
 
-class ChaosBackend(Lifecycle, Observation, BackgroundTraffic, NodeFaults, LinkFaults, Movement, Protocol):
-    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all six.
+class Attacks(Protocol):
+    """Adversary strategies other than drop (node.core.attacks; docs/attacks.md) and ground keys for joins.
+    A backend without them says so (NotImplementedError, which the step reports)."""
+
+    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> None:
+        """``name`` runs ``strategy`` with ``params`` (a ``victim`` as a key in hex); ``none``: honest again."""
+        raise NotImplementedError(f"the {getattr(self, 'name', '?')} backend has no adversary strategies but drop")
+
+    async def node_keys(self, names: Iterable[str] | None = None) -> dict[str, bytes]:
+        """The public key of each node of ``names`` (None: every node the run has made)."""
+        raise NotImplementedError(f"the {getattr(self, 'name', '?')} backend does not list its nodes' keys")
+
+    async def use_key(self, name: str, seed: bytes) -> None:
+        """``name``, when it next joins, runs with the key of this ed25519 seed (a ground key)."""
+        raise NotImplementedError(f"the {getattr(self, 'name', '?')} backend cannot give a joining node a ground key")
+
+
+class ChaosBackend(Lifecycle, Observation, BackgroundTraffic, NodeFaults, LinkFaults, Movement, Attacks, Protocol):
+    """Everything the chaos runner drives: each backend (in process, Docker, swarm) implements all seven.
     ``measures_faults``: it implements the confirmations' observation methods (a backend that does not gets every
     fault recorded as not measured, ``ok`` None, never as confirmed)."""
 

@@ -61,6 +61,7 @@ from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 from orchestrator.chaos import docker_confirm as measured
 from orchestrator.chaos.docker_shaping import change_link, reshape_ends
+from orchestrator.chaos.docker_attacks import DockerAttacks
 from orchestrator.chaos.backend import (
     ChaosBackend, Converged, DeferredRemoval, FlightDump, TrafficSample, planted_defect,
 )  # fmt: skip
@@ -102,7 +103,7 @@ async def _all_at_once(tasks: list[Callable[[], Awaitable[None]]]) -> None:
         raise errors[0]
 
 
-class DockerChaos(ChaosBackend):
+class DockerChaos(DockerAttacks, ChaosBackend):
     """The chaos backend (every protocol of orchestrator.chaos.backend) over one Docker run. ``await start(nursery)`` creates the run; ``stop`` removes it (or, with
     ``removal``, stops its nodes and leaves the removal to that thread)."""
 
@@ -596,4 +597,3 @@ class DockerChaos(ChaosBackend):
         assert self._admin is not None and self.session is not None
         body = {"drop": drop, "peer": self.session.keys[peer] if peer is not None else None}
         await trio.to_thread.run_sync(self._admin.post, name, "/adversary", body)
-

@@ -49,6 +49,7 @@ from orchestrator.chaos import inproc_observe as measured
 from orchestrator.chaos.backend import ChaosBackend, Converged, FlightDump, TrafficSample, planted_defect
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.flight import from_network
+from orchestrator.chaos.inproc_attacks import InprocAttacks
 
 __all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
 
@@ -56,7 +57,7 @@ PEER_TIMEOUT_S = 5.0  # PROTOCOL.md §3.5: a peer silent this long is dropped
 OBSERVE_EVERY_S = 0.1
 
 
-class InprocChaos(ChaosBackend):
+class InprocChaos(InprocAttacks, ChaosBackend):
     """The chaos backend (every protocol of orchestrator.chaos.backend) over one InprocNetwork. Build it, then
     ``await start()`` inside trio."""
 
@@ -158,6 +159,8 @@ class InprocChaos(ChaosBackend):
         return RunRecorder(root, meta["run_id"], 1_700_000_000.0, meta, doc)
 
     def _identity(self, name: str, new: bool = False) -> Identity:
+        if name in self.ground_seeds:  # a ground key (inproc_attacks.use_key)
+            return Identity(self.ground_seeds[name])
         node = self.net.nodes.get(name)
         if node is not None:  # ``new``: a key of its own, from the seed, the name and the key it had
             return Identity(derive_seed(self.seed, name, node.key)) if new else node.router.identity
@@ -594,6 +597,3 @@ class InprocChaos(ChaosBackend):
         peer_key = self.net.nodes[peer].key if peer is not None else None
         node.router.set_adversary(drop, peer_key)
         await self.sleep(0)
-
-
-

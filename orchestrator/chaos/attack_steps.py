@@ -1,0 +1,61 @@
+"""The chaos steps' adversary strategies and ground keys (docs/attacks.md, "Strategies").
+
+:class:`~orchestrator.chaos.apply.StepApplier` hands an ``adversary`` step with a strategy other than drop to
+:func:`apply_strategy`, and a ``join`` step with a ``key`` to :func:`ground_key` before the node joins. Both
+go through the backend's :class:`~orchestrator.chaos.backend.Attacks` methods; a backend without them (or a
+node that refuses a strategy, as the reference node does) fails the step with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from node.core.grind import GrindError, above_all, grind, near
+from orchestrator.chaos.backend import ChaosBackend
+from orchestrator.chaos.steps import Adversary, Join
+from orchestrator.chaos.targets import TargetError
+
+__all__ = ["apply_strategy", "ground_key"]
+
+
+async def apply_strategy(backend: ChaosBackend, step: Adversary, names: Sequence[str],
+                         act: Callable[[str, str | None, dict[str, Any]], None]) -> str:  # fmt: skip
+    """Set ``step``'s strategy on every node of ``names`` (recording each as an action); the step's summary."""
+    params = step.params()
+    given = dict(params)
+    try:
+        if step.victim is not None:
+            keys = await backend.node_keys([step.victim])
+            if step.victim not in keys:
+                raise TargetError(f"victim {step.victim!r} has not joined the run")
+            params["victim"] = keys[step.victim].hex()
+        for n in names:
+            await backend.attack(n, step.kind, params)
+            act("adversary", n, {"strategy": step.kind, **given})
+    except NotImplementedError as exc:
+        raise TargetError(f"adversary {step.kind}: {exc}") from None
+    return step.kind + "".join(f" {k}={v}" for k, v in given.items())
+
+
+async def ground_key(backend: ChaosBackend, step: Join) -> dict[str, Any]:
+    """Grind ``step.key`` for the joining node (seeded by the run's seed and its name) and give it to the
+    backend for the join. Returns what the join's action records: the key, how many keys were tried, the rule."""
+    spec = step.key
+    assert spec is not None and step.node is not None
+    try:
+        honest = {n: k for n, k in (await backend.node_keys()).items() if n != step.node}
+        if spec.near is not None:
+            if spec.near not in honest:
+                raise TargetError(f"key: near {spec.near!r}, which has not joined the run")
+            accept = near(honest[spec.near], honest.values(), spec.side)
+            rule = f"{spec.side} {spec.near}"
+        else:
+            accept, rule = above_all(honest.values()), "above all"
+        g = grind(getattr(backend, "seed", 0), step.node, accept, spec.max_tries)
+        await backend.use_key(step.node, g.seed)
+    except GrindError as exc:
+        raise TargetError(f"key: {exc} ({rule})") from None
+    except NotImplementedError as exc:
+        raise TargetError(f"key: {exc}") from None
+    return {"key": g.key.hex(), "key_tries": g.tries, "key_rule": rule}
