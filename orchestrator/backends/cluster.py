@@ -43,7 +43,8 @@ from orchestrator.backends.image_common import ImageBuildError, Progress
 from orchestrator.backends.image_inputs import hash_fields
 
 __all__ = ["LABEL_CLUSTER", "LABEL_CLUSTER_HOST", "ENGINE_PORT", "ClusterError", "Cluster", "ClusterHost",
-           "build_host_image", "cluster_up", "cluster_down", "find_cluster", "list_clusters", "host_client", "load_images",
+           "build_host_image", "cluster_up", "cluster_down", "find_cluster", "list_clusters", "host_client",
+           "load_images",
            "crash_host", "start_host", "partition_host", "host_running", "outer_client", "outer_url"]
 
 LABEL_CLUSTER = "snekbed.cluster"

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+docker = pytest.importorskip("docker")  # the Docker SDK, an optional extra
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -70,8 +72,6 @@ def cluster(client: Any, swarm_before: str, tmp_path_factory: pytest.TempPathFac
 
 
 def test_cluster_up_three_hosts(cluster: dict[str, Any]) -> None:
-    import docker
-
     hosts = {h["name"]: h for h in cluster["hosts"]}
     assert set(hosts) == {"m", "h1", "h2", "h3"} and hosts["m"]["role"] == "manager"
     mgr = docker.DockerClient(base_url=cluster["docker_host"])
@@ -84,7 +84,8 @@ def test_cluster_up_three_hosts(cluster: dict[str, Any]) -> None:
     for name in ("h1", "h2", "h3"):  # the exact image id on every worker
         inner = docker.DockerClient(base_url=f"tcp://{hosts[name]['address']}:2375")
         assert inner.images.get(image).id == loaded["id"]
-    assert cluster["timings_s"]["engines_s"] > 0 and cluster["timings_s"]["swarm_s"] >= cluster["timings_s"]["engines_s"]
+    timings = cluster["timings_s"]
+    assert timings["engines_s"] > 0 and timings["swarm_s"] >= timings["engines_s"]
 
 
 def test_mesh12_spread_then_root_host_crash(cluster: dict[str, Any], tmp_path: Path) -> None:
@@ -111,13 +112,13 @@ def test_mesh12_spread_then_root_host_crash(cluster: dict[str, Any], tmp_path: P
     assert sorted(crash["targets"][1:]) == sorted(crashed), (crash, placed)
     assert all(v["ok"] for v in crash["invariants"].values()), crash
     assert done.returncode == 0 and out["verdict"] == "pass", done.stdout[-4000:] + done.stderr[-3000:]
-    assert meta.get("hosts", {}).get("faults", [{}])[0].get("host") == host or \
-        json.loads((run_dir / "meta.json").read_text())["hosts"]["faults"][0]["host"] == host
-    import docker
-
+    faults = json.loads((run_dir / "meta.json").read_text())["hosts"]["faults"]
+    assert [(f["action"], f["host"]) for f in faults] == [("host_crash", host)]
     mgr = docker.DockerClient(base_url=cluster["docker_host"])
     label = {"label": f"snekbed.run={run_dir.name}"}
     assert not mgr.api.services(filters=label) and not mgr.api.networks(filters=label)
+    ready = {n["Description"]["Hostname"] for n in mgr.api.nodes() if n["Status"]["State"] == "ready"}
+    assert ready == {"m", "h1", "h2", "h3"}  # the crashed host was started again when the run ended
 
 
 def test_cluster_down_leaves_nothing(cluster: dict[str, Any], client: Any, swarm_before: str) -> None:
