@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -245,11 +246,33 @@ func (n *Node) pingRoute(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, n.pinger.ping(key, mode, count, time.Duration(timeout*float64(time.Second))))
 }
 
+// refusedStrategy: why the reference node refuses an adversary strategy other than drop (snekbed node's
+// node.core.attacks; docs/attacks.md): its simulator models one adversary, GeneralAdversary, which drops frames.
+func refusedStrategy(name string) string {
+	return fmt.Sprintf("%s: the reference node has only the drop strategy (the simulator's GeneralAdversary); "+
+		"greyhole, sybil, root_takeover, bootstrap_flood, announcement_flood, replay, forge and none are "+
+		"snekbed node's (docs/attacks.md)", name)
+}
+
 func (n *Node) adversaryRoute(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Drop *map[string]float64 `json:"drop"`
-		Peer *string             `json:"peer"`
+		Strategy *string             `json:"strategy"`
+		Drop     *map[string]float64 `json:"drop"`
+		Peer     *string             `json:"peer"`
 	}
+	raw, err := readAll(w, r)
+	if err != nil {
+		writeError(w, 400, "request body is not valid JSON")
+		return
+	}
+	var probe map[string]interface{}
+	if json.Unmarshal(raw, &probe) == nil {
+		if s, ok := probe["strategy"]; ok && s != "drop" {
+			writeError(w, 422, "strategy: %s", refusedStrategy(fmt.Sprint(s)))
+			return
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
 	if !body(w, r, &req) {
 		return
 	}

@@ -185,7 +185,17 @@ func parseArgs(args []string) (*config, ed25519.PrivateKey, string, error) {
 }
 
 // parseAdversarySpec: --adversary KIND=PERCENT[,KIND=PERCENT...][@PEERKEYHEX], as snekbed node takes it.
+// A strategy other than drop (STRATEGY[:NAME=VALUE,...], snekbed node's) is refused with its reason.
+var snekbedStrategies = map[string]bool{"greyhole": true, "sybil": true, "root_takeover": true,
+	"bootstrap_flood": true, "announcement_flood": true, "replay": true, "forge": true, "none": true}
+
 func parseAdversarySpec(spec string) (dropRates, *types.PublicKey, error) {
+	head, rest, named := strings.Cut(spec, ":")
+	if named && strings.TrimSpace(head) == "drop" {
+		spec = rest
+	} else if h := strings.TrimSpace(head); snekbedStrategies[h] {
+		return dropRates{}, nil, badOption("--adversary", spec, "%s", refusedStrategy(h))
+	}
 	body, peerHex, _ := strings.Cut(spec, "@")
 	drop := map[string]float64{}
 	for _, part := range strings.Split(body, ",") {

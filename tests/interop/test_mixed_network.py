@@ -228,6 +228,9 @@ def test_adversary_drops_traffic(line: Line) -> None:
     assert s1.ping(s2.key, count=4, timeout_s=PING_TIMEOUT_S)["received"] == 2
     after = r2.post("/adversary", {"drop": {"traffic": 0}, "peer": s1.key.hex()}).json()
     assert after["dropped"] - before == 2 and after["active"] is False
+    # a strategy other than drop is snekbed node's: the reference refuses it, saying so (docs/attacks.md)
+    refused = r2.post("/adversary", {"strategy": "greyhole", "forward": 0.3})
+    assert refused.status_code == 422 and "only the drop strategy" in refused.json()["error"], refused.text
 
 
 def test_root_killed(line: Line) -> None:

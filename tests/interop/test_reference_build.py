@@ -68,6 +68,7 @@ def _run(binary: Path, *args: str) -> subprocess.CompletedProcess:
     (["--variant", "legacy"], ["--variant", "only the variant snek"]),
     (["--knob", "entry_expiry=20"], ["--knob", "fixes entry_expiry at 10"]),
     (["--adversary", "traffic=150"], ["--adversary", "percentage"]),
+    (["--adversary", "greyhole:forward=0.3"], ["--adversary", "only the drop strategy", "docs/attacks.md"]),
     (["--run-seed", "7"], ["--run-seed", "--name"]),
     (["--listen", "nowhere"], ["--listen", "HOST:PORT"]),
 ])  # fmt: skip
