@@ -30,7 +30,7 @@ import httpx
 import pyspark
 
 __all__ = ["DAEMON_MEMORY", "HOST", "Cluster", "ClusterError", "ClusterRefused", "alive_workers", "default_state_dir",
-           "read_state", "spark_class", "start", "stop"]
+           "group_members", "read_state", "spark_class", "start", "stop"]
 
 HOST = "127.0.0.1"
 #: The heap of the master's and each worker's own JVM (executors get the worker's ``memory``).
@@ -199,7 +199,7 @@ def _wait(cluster: Cluster, deadline: float, ready: Callable[[], bool], failure:
     state_dir = Path(cluster.state_dir)
     while not ready():
         for name, pid in cluster.pids.items():
-            if not _group_members(pid):
+            if not group_members(pid):
                 log = (state_dir / f"{name}.log").read_text(errors="replace")[-2000:]
                 raise ClusterError(f"the Spark {name} exited; the end of {state_dir / (name + '.log')}:\n{log}")
         if time.monotonic() > deadline:
@@ -208,10 +208,10 @@ def _wait(cluster: Cluster, deadline: float, ready: Callable[[], bool], failure:
 
 
 def _running(cluster: Cluster) -> bool:
-    return any(_ours(pid, cluster.state_dir) and _group_members(pid) for pid in cluster.pids.values())
+    return any(_ours(pid, cluster.state_dir) and group_members(pid) for pid in cluster.pids.values())
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """The live (not zombie) processes of process group ``pgid``."""
     members = []
     for entry in Path("/proc").iterdir():
@@ -228,14 +228,16 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def _ours(pgid: int, state_dir: str) -> bool:
-    """Whether group ``pgid`` may be this cluster's: its leader carries the cluster's marker, or the leader is gone
-    (a pid in use as a group id is not handed out again while the group lives). A group led by another program
-    (the pid reused after the cluster ended) is left alone."""
+    """Whether group ``pgid`` may be this cluster's: its leader carries the cluster's marker (in its environment,
+    which ``spark-class`` hands on to the JVM it ``exec``s, and in the JVM's command line), or the leader is gone (a
+    pid in use as a group id is not handed out again while the group lives). A group led by another program (the pid
+    reused after the cluster ended) is left alone."""
+    marker = f"-Dsnekbed.spark.dir={state_dir}\0".encode()  # the last of the options, then the end of the string
     try:
-        cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
+        proc = Path(f"/proc/{pgid}")
+        return marker in proc.joinpath("environ").read_bytes() or marker in proc.joinpath("cmdline").read_bytes()
     except OSError:
         return True
-    return f"-Dsnekbed.spark.dir={state_dir}".encode() in cmdline
 
 
 def stop(state_dir: Path, timeout_s: float = 30.0) -> list[str]:
@@ -247,23 +249,23 @@ def stop(state_dir: Path, timeout_s: float = 30.0) -> list[str]:
         return []
     stopped = []
     for name, pid in sorted(cluster.pids.items(), key=lambda item: item[0] == "master"):
-        if not _ours(pid, cluster.state_dir) or not _group_members(pid):
+        if not _ours(pid, cluster.state_dir) or not group_members(pid):
             continue
         stopped.append(name)
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _group_members(pid) and time.monotonic() < deadline:
+        while group_members(pid) and time.monotonic() < deadline:
             time.sleep(0.1)  # the group's own exit, bounded
-        if _group_members(pid):
+        if group_members(pid):
             _signal_group(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
-            while _group_members(pid) and time.monotonic() < deadline:
+            while group_members(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
         try:  # reap it when it is our own child (an `up` that failed)
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-    left = [name for name, pid in cluster.pids.items() if _group_members(pid)]
+    left = [name for name, pid in cluster.pids.items() if group_members(pid)]
     if left:
         raise ClusterError(f"could not stop {', '.join(left)} (pids {[cluster.pids[n] for n in left]})")
     (state_dir / STATE_FILE).unlink(missing_ok=True)
