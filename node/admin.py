@@ -1,4 +1,4 @@
-"""The admin API: HTTP + JSON (starlette on hypercorn's trio worker), loopback by default.
+"""The admin API: HTTP + JSON (node.httplite: h11 on trio), loopback by default.
 
 Contract (scripts depend on it; ``docs/node.md`` has examples):
 
@@ -36,16 +36,13 @@ from typing import Any, Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from node.config import ConfigError, HostPort
 from node.flight import Record, read_out, to_jsonl, to_pcapng
 from node.core.state import MAX_PORTS
 from node.core.types import KEY_LEN
-from node.httpserve import serve_app
+from node.httplite import App, JSONResponse, Request, Response, Route
+from node.httplite import serve as serve_http
 from node.load import LOAD_HEADER_LEN
 from node.view import AdminView
 
@@ -291,13 +288,13 @@ class _Handlers:
 
 
 async def _crashed(request: Request, exc: Exception) -> JSONResponse:
-    log.error("admin %s %s failed", request.method, request.url.path, exc_info=exc)
+    log.error("admin %s %s failed", request.method, request.path, exc_info=exc)
     return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def build_app(node: AdminView) -> Starlette:
-    """The admin ASGI app for ``node`` (it sees only the view: :class:`node.view.AdminView`)."""
-    return Starlette(exception_handlers={Exception: _crashed}, routes=_Handlers(node).routes())
+def build_app(node: AdminView) -> App:
+    """The admin app for ``node`` (it sees only the view: :class:`node.view.AdminView`)."""
+    return App(_Handlers(node).routes(), on_error=_crashed)
 
 
 async def serve(
@@ -308,4 +305,4 @@ async def serve(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the admin API on ``where`` until ``shutdown_trigger`` returns. Raises OSError."""
-    await serve_app(build_app(node), where, shutdown_trigger, task_status=task_status)
+    await serve_http(build_app(node), where, shutdown_trigger, task_status=task_status)

@@ -1,9 +1,10 @@
 """A node's own HTTP/1.1 server: h11 on trio, for the admin API and ``/metrics``.
 
-A node answers a dozen small JSON requests and a scrape; it does not need an ASGI framework. starlette and
-hypercorn (with h2, hpack, wsproto, anyio and asyncio behind them) were a third of an idle node's resident
-memory (docs/performance.md, "A node's memory"), so the node serves with this instead; the orchestrator's pages
-(``snekbed view``, the in-process metrics endpoint) keep hypercorn through :mod:`node.httpserve`.
+A node answers a dozen small JSON requests and a scrape; it does not need an ASGI framework. starlette on
+hypercorn (with h2, hpack, wsproto, anyio and asyncio behind them) cost every node about 4 MiB more than this
+(benchmarks/node_memory_bench.py; docs/performance.md, "A node's memory"), so the node serves with this
+instead; the orchestrator's pages (``snekbed view``, the chaos engine's) keep hypercorn through
+:mod:`node.httpserve`.
 
 What it does: HTTP/1.1 with keep-alive, request bodies by Content-Length or chunked (read whole, at most
 ``MAX_BODY`` bytes, before the handler runs, so a handler that ignores its body never leaves a half-read request on
