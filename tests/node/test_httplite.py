@@ -10,6 +10,7 @@ import trio
 
 from node.config import HostPort
 from node.httplite import MAX_BODY, App, JSONResponse, Request, Response, Route, serve
+from tests.node.http_helpers import read_response
 
 
 def _app(errors: list[str]) -> App:
@@ -42,25 +43,6 @@ async def _serve(nursery: trio.Nursery, errors: list[str]) -> tuple[str, int, tr
     bound = await nursery.start(serve, _app(errors), HostPort("127.0.0.1", 0), stop.wait)
     host, port = bound.rsplit(":", 1)
     return host, int(port), stop
-
-
-async def _response(stream: trio.SocketStream, buf: bytearray) -> bytes:
-    """One HTTP/1.1 response with a Content-Length body, or b"" when the server closed first."""
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            return b""
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length"))
-    while len(rest) < length:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            return b""
-        rest += chunk
-    buf[:] = rest[length:]
-    return head + b"\r\n\r\n" + rest[:length]
 
 
 async def _closed(stream: trio.SocketStream) -> bool:
@@ -102,16 +84,16 @@ async def test_a_handler_that_ignores_a_late_body_leaves_the_connection_open() -
         await trio.sleep(0.3)  # a late body segment: nothing may be answered before it arrives
         await stream.send_all(b"{}")
         with trio.fail_after(5):
-            first = await _response(stream, buf)
+            first = await read_response(stream, buf)
         await stream.send_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                               b"3\r\n[1,\r\n2\r\n2]\r\n0\r\n\r\n")  # fmt: skip
         with trio.fail_after(5):
-            second = await _response(stream, buf)
+            second = await read_response(stream, buf)
         assert first.startswith(b"HTTP/1.1 200") and first.endswith(b'{"ok":true}'), first
         assert second.startswith(b"HTTP/1.1 200") and second.endswith(b'{"body":[1,2],"query":{}}'), second
         await stream.send_all(b"POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         with trio.fail_after(5):
-            third = await _response(stream, buf)
+            third = await read_response(stream, buf)
         assert b"connection: close" in third.lower() and await _closed(stream)
         await stream.aclose()
         stop.set()
@@ -133,7 +115,7 @@ async def test_a_bad_request_is_refused_and_closed_and_the_server_goes_on(reques
         await stream.send_all(request_bytes)
         buf = bytearray()
         with trio.fail_after(5):
-            answer = await _response(stream, buf)
+            answer = await read_response(stream, buf)
         assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
         assert b"connection: close" in answer.lower()
         await stream.aclose()

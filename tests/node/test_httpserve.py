@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from node.config import HostPort
 from node.httpserve import serve_app
+from tests.node.http_helpers import read_response
 
 
 def _app() -> Starlette:
@@ -28,25 +29,6 @@ def _app() -> Starlette:
 
     return Starlette(routes=[Route("/ignore", ignores_body, methods=["POST"]),
                              Route("/read", reads_body, methods=["POST"])])  # fmt: skip
-
-
-async def _read_response(stream: trio.SocketStream, buf: bytearray) -> bytes:
-    """One HTTP/1.1 response with a Content-Length body, or b"" when the server closed first."""
-    while b"\r\n\r\n" not in buf:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            return b""
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length"))
-    while len(rest) < length:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            return b""
-        rest += chunk
-    buf[:] = rest[length:]
-    return head + b"\r\n\r\n" + rest[:length]
 
 
 async def test_a_handler_that_ignores_a_late_body_leaves_the_connection_open() -> None:
@@ -62,10 +44,10 @@ async def test_a_handler_that_ignores_a_late_body_leaves_the_connection_open() -
         try:
             await stream.send_all(b"{}")  # the body, late
             with trio.fail_after(5):
-                first = await _read_response(stream, buf)
+                first = await read_response(stream, buf)
             await stream.send_all(b"POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
             with trio.fail_after(5):
-                second = await _read_response(stream, buf)
+                second = await read_response(stream, buf)
         except trio.BrokenResourceError as exc:
             raise AssertionError("the server closed the connection after the first response") from exc
         assert first.startswith(b"HTTP/1.1 200") and first.endswith(b'{"ok":true}'), first

@@ -12,6 +12,7 @@ import networkx as nx
 
 from orchestrator.chaos.checker import NodeState, PingOutcome, adversaries_after, evaluate
 from tests.ci import REPO
+from tests.orchestrator.planted import write_two_rings
 
 
 def _line() -> tuple[nx.Graph, dict[str, bytes]]:
@@ -84,11 +85,7 @@ steps:
 def test_a_scenario_expects_a_break_during_the_attack_and_a_hold_after(tmp_path: Path) -> None:
     """Two rings joined at h; h drops every data frame: honest pairs across it are lost (expected), pings to and
     from h are not counted; once h turns honest, every invariant holds again on the plain view."""
-    topo = tmp_path / "two-rings.yaml"
-    links = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "h"), ("h", "a"), ("h", "e"), ("e", "f"), ("f", "g"),
-             ("g", "i"), ("i", "h")]  # fmt: skip
-    topo.write_text("name: two-rings\nnodes: [a, b, c, d, e, f, g, h, i]\nlinks:\n"
-                    + "".join(f"  - [{x}, {y}]\n" for x, y in links))  # fmt: skip
+    topo = write_two_rings(tmp_path / "two-rings.yaml")  # h is the only cut vertex
     sc = tmp_path / "sc.yaml"
     sc.write_text(EXPECT_BREAK_THEN_HOLD)
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(sc), "--topology", str(topo),

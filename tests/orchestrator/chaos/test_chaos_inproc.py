@@ -27,6 +27,7 @@ from orchestrator.model.generators import mesh_mixed, ring
 from orchestrator.model.topology import Topology
 from orchestrator.model.topology_loaders import load_topology
 from tests.ci import REPO, SHARED
+from tests.orchestrator.planted import write_two_rings
 
 GRAPH_250 = SHARED / "topologies" / "pinecone" / "graph-250.txt"
 SHIPPED = sorted(shipped_scenarios())
@@ -157,12 +158,7 @@ steps:
 
 
 def test_an_adversary_on_a_cut_vertex_fails_pairs_reachable_and_exits_1(tmp_path: Path) -> None:
-    topo = tmp_path / "two-rings.yaml"
-    # two rings of 5 joined through node h: h is the only cut vertex
-    links = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "h"), ("h", "a"), ("h", "e"), ("e", "f"), ("f", "g"),
-             ("g", "i"), ("i", "h")]  # fmt: skip
-    topo.write_text("name: two-rings\nnodes: [a, b, c, d, e, f, g, h, i]\nlinks:\n"
-                    + "".join(f"  - [{x}, {y}]\n" for x, y in links))  # fmt: skip
+    topo = write_two_rings(tmp_path / "two-rings.yaml")  # h is the only cut vertex
     sc = tmp_path / "cut.yaml"
     sc.write_text(CUT_VERTEX_ADVERSARY)
     done = _cli(str(sc), "--topology", str(topo), "--json")
