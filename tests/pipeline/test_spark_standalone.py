@@ -159,6 +159,9 @@ def test_an_interrupted_up_stops_what_it_started(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        if state.exists():  # whatever the outcome, the test leaves nothing running
+            _snekbed("spark", "down", "--state-dir", str(tmp_path))
     assert proc.returncode == 130, err[-2000:]
     assert {name: group_members(pid) for name, pid in pids.items() if group_members(pid)} == {}
     assert not state.exists()
