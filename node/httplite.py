@@ -6,11 +6,12 @@ hypercorn (with h2, hpack, wsproto, anyio and asyncio behind them) cost every no
 instead; the orchestrator's pages (``snekbed view``, the chaos engine's) keep hypercorn through
 :mod:`node.httpserve`.
 
-What it does: HTTP/1.1 with keep-alive, request bodies by Content-Length or chunked (read whole, at most
+What it does: HTTP/1.1 with keep-alive (at most ``MAX_CONNECTIONS`` at once; a response the client does not take
+within ``WRITE_S`` closes its connection), request bodies by Content-Length or chunked (read whole, at most
 ``MAX_BODY`` bytes, before the handler runs, so a handler that ignores its body never leaves a half-read request on
 a connection that is reused), routes with ``{name}`` path parameters, 404 for an unknown path and 405 with
 ``Allow`` for a known path and another method, 400 for a request h11 cannot parse, 413 for a body too large, and a
-500 from the app's error handler when a handler raises. ``await nursery.start(serve, app, where, stop)`` binds,
+500 from the app's error handler when a handler raises; any other failure ends that connection, never the server. ``await nursery.start(serve, app, where, stop)`` binds,
 reports the address actually bound (``host:port``; port 0 picks a free one) and serves until ``stop`` returns.
 """
 
@@ -36,6 +37,8 @@ MAX_BODY = 1 << 20  # bytes of one request body (the admin API's largest is a fe
 MAX_HEAD = 16 << 10  # bytes of a request line and headers
 IDLE_S = 30.0  # a kept-alive connection with no new request is closed after this long
 READ_S = 10.0  # a request begun must be read whole within this long
+WRITE_S = 10.0  # a response must be taken by the client within this long, or the connection is closed
+MAX_CONNECTIONS = 64  # connections served at once; one more is closed at once (fds are the node's peers' too)
 
 
 class QueryParams(Mapping[str, str]):
@@ -151,6 +154,17 @@ class _MethodNotAllowed(Response):
         self.allow = ", ".join(sorted(allowed))
 
 
+class _Stalled(Exception):
+    """The client did not take a response within ``WRITE_S``."""
+
+
+async def _write(stream: trio.SocketStream, data: bytes) -> None:
+    with trio.move_on_after(WRITE_S) as scope:
+        await stream.send_all(data)
+    if scope.cancelled_caught:
+        raise _Stalled(f"a client took no {len(data)}-byte response within {WRITE_S:g} s")
+
+
 class _Refused(Exception):
     """A request this server will not read on (status, reason): answered, then the connection closes."""
 
@@ -178,7 +192,7 @@ async def _send(conn: h11.Connection, stream: trio.SocketStream, response: Respo
     if not head_only and response.body:
         data += conn.send(h11.Data(data=response.body))
     data += conn.send(h11.EndOfMessage())
-    await stream.send_all(data)
+    await _write(stream, data)
 
 
 async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request, bytes] | None:
@@ -193,7 +207,7 @@ async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> tupl
     if length > MAX_BODY:
         raise _Refused(413, f"request body of {length} bytes, over {MAX_BODY}")
     if conn.client_is_waiting_for_100_continue:
-        await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        await _write(stream, conn.send(h11.InformationalResponse(status_code=100, headers=[])))
     body = bytearray()
     with trio.move_on_after(READ_S) as slow:
         while True:
@@ -226,7 +240,7 @@ async def _serve_connection(app: App, stream: trio.SocketStream) -> None:
                     try:
                         data = conn.send(h11.Response(status_code=status, headers=headers))
                         data += conn.send(h11.Data(data=refusal.body)) + conn.send(h11.EndOfMessage())
-                        await stream.send_all(data)
+                        await _write(stream, data)
                     except h11.LocalProtocolError:
                         pass
                 return
@@ -242,8 +256,25 @@ async def _serve_connection(app: App, stream: trio.SocketStream) -> None:
             conn.start_next_cycle()
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return
+    except _Stalled as exc:
+        log.info("http: %s: closed", exc)
+    except Exception as exc:  # a bug here (an error handler that raised, a handler's bad return) ends this
+        log.error("http: a connection failed", exc_info=exc)  # connection, never the node
     finally:
         await stream.aclose()
+
+
+async def _limited(app: App, limiter: trio.CapacityLimiter, stream: trio.SocketStream) -> None:
+    try:
+        limiter.acquire_on_behalf_of_nowait(stream)
+    except trio.WouldBlock:
+        log.info("http: %d connections open: one more closed", limiter.total_tokens)
+        await stream.aclose()
+        return
+    try:
+        await _serve_connection(app, stream)
+    finally:
+        limiter.release_on_behalf_of(stream)
 
 
 async def serve(
@@ -257,7 +288,8 @@ async def serve(
     listeners = await trio.open_tcp_listeners(where.port, host=where.host)
     host, port = listeners[0].socket.getsockname()[:2]
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.serve_listeners, lambda stream: _serve_connection(app, stream), listeners)
+        limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
+        nursery.start_soon(trio.serve_listeners, lambda stream: _limited(app, limiter, stream), listeners)
         task_status.started(str(HostPort(host, port)))
         await shutdown_trigger()
         nursery.cancel_scope.cancel()

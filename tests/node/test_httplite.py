@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
 import pytest
 import trio
 
+from node import httplite
 from node.config import HostPort
 from node.httplite import MAX_BODY, App, JSONResponse, Request, Response, Route, serve
 from tests.node.http_helpers import read_response
@@ -138,3 +140,97 @@ def test_a_json_body_that_is_not_utf8_is_a_value_error() -> None:
 
     with pytest.raises(ValueError):
         trio.run(main)
+
+
+def _odd_app(errors: list[str]) -> App:
+    async def not_a_response(request: Request) -> Response:
+        return {"not": "a response"}  # type: ignore[return-value]
+
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("a handler's bug")
+
+    async def big(request: Request) -> Response:
+        return Response(b"x" * (64 << 20))
+
+    async def ok(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def error_handler_fails(request: Request, exc: Exception) -> Response:
+        errors.append(str(exc))
+        raise ValueError("the error handler's own bug")
+
+    return App([Route("/odd", not_a_response), Route("/boom", boom), Route("/big", big), Route("/ok", ok)],
+               on_error=error_handler_fails)
+
+
+async def _ok(host: str, port: int) -> int:
+    async with httpx.AsyncClient() as client:
+        return (await client.get(f"http://{host}:{port}/ok")).status_code
+
+
+async def test_a_failure_in_one_connection_ends_that_connection_not_the_server() -> None:
+    errors: list[str] = []
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        bound = await nursery.start(serve, _odd_app(errors), HostPort("127.0.0.1", 0), stop.wait)
+        host, port = bound.rsplit(":", 1)
+        for path in (b"/odd", b"/boom"):
+            stream = await trio.open_tcp_stream(host, int(port))
+            await stream.send_all(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert await _closed(stream), path  # closed without an answer: there is none to give
+            await stream.aclose()
+        assert errors == ["a handler's bug"]
+        assert await _ok(host, int(port)) == 200
+        stop.set()
+
+
+async def test_a_client_that_never_reads_its_response_is_cut_off(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(httplite, "WRITE_S", 0.3)
+    caplog.set_level(logging.INFO, logger="snekbed.node.http")
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        bound = await nursery.start(serve, _odd_app([]), HostPort("127.0.0.1", 0), stop.wait)
+        host, port = bound.rsplit(":", 1)
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")  # 64 MiB: far more than socket buffers
+        with trio.fail_after(10):
+            while not any("took no" in r.getMessage() for r in caplog.records):
+                await trio.sleep(0.01)  # polls the server's own log line, not a guess at its timing
+        got = 0
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some(1 << 20):
+                got += len(chunk)
+        assert got < 64 << 20  # the connection was closed mid-body
+        await stream.aclose()
+        assert await _ok(host, int(port)) == 200
+        stop.set()
+
+
+async def test_connections_beyond_the_limit_are_closed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(httplite, "MAX_CONNECTIONS", 2)
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        bound = await nursery.start(serve, _odd_app([]), HostPort("127.0.0.1", 0), stop.wait)
+        host, port = bound.rsplit(":", 1)
+        held = []
+        for _ in range(2):  # two kept-alive connections, each answered once: both hold their place
+            stream = await trio.open_tcp_stream(host, int(port))
+            await stream.send_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+            with trio.fail_after(5):
+                assert (await read_response(stream, bytearray())).startswith(b"HTTP/1.1 200")
+            held.append(stream)
+        extra = await trio.open_tcp_stream(host, int(port))
+        assert await _closed(extra)
+        await extra.aclose()
+        await held.pop().aclose()
+        with trio.fail_after(5):
+            while True:  # the closed connection's place is given back once its task has seen the close
+                try:
+                    if await _ok(host, int(port)) == 200:
+                        break
+                except httpx.HTTPError:
+                    await trio.sleep(0.01)
+        for stream in held:
+            await stream.aclose()
+        stop.set()
