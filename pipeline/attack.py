@@ -82,7 +82,9 @@ def attack_runs(spark: SparkSession, tables: Mapping[str, str], runs: Sequence[M
     to_victim = (F.col("sender") == F.col("victim")) | (F.col("target") == F.col("victim"))
     by_run = honest.groupBy("run_id").agg(
         (F.sum(received) / F.count("*")).alias("delivery_honest"),
-        (F.sum(F.when(to_victim, received)) / F.sum(to_victim.cast("long"))).alias("victim_reachability"),
+        # null, not a division by zero (an error under ANSI mode), when no victim ping fell in the window
+        F.when(F.sum(to_victim.cast("long")) > 0,
+               F.sum(F.when(to_victim, received)) / F.sum(to_victim.cast("long"))).alias("victim_reachability"),
         F.percentile(F.when(F.col("received"), F.col("stretch")), 0.5).alias("stretch"),
     )
     conv = read("convergence").join(window.select("run_id", "t_off"), "run_id").where(

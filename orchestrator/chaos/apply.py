@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from node.core.variants import VariantSpec
@@ -55,6 +55,8 @@ class StepApplier:
     act: Act
     #: the step's confirmations (orchestrator.chaos.confirm), told of each fault the moment it takes effect
     confirm: Confirmer | None = None
+    #: nodes that joined as adversaries: a ground key is placed among the honest keys only (docs/attacks.md)
+    adversarial_joins: set[str] = field(default_factory=set)
 
     async def apply(self, step: AnyStep) -> Applied:
         """Do ``step``; raises TargetError when a target cannot be resolved on the live graph."""
@@ -229,9 +231,11 @@ class StepApplier:
     async def _join(self, step: Join) -> Applied:
         b = self.backend
         if step.node is not None:
-            ground = await ground_key(b, step) if step.key is not None else {}
+            ground = await ground_key(b, step, self.adversarial_joins) if step.key is not None else {}
             await b.add_node(step.node, step.peers, step.link_class, step.adversary,
                              VariantSpec.parse(step.variant) if step.variant else None)  # fmt: skip
+            if step.adversary:
+                self.adversarial_joins.add(step.node)
             self.act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary, **ground})
             if self.confirm is not None:
                 await self.confirm.back([step.node], "join")

@@ -8,7 +8,7 @@ node that refuses a strategy, as the reference node does) fails the step with it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from node.core.grind import GrindError, above_all, grind, near
@@ -38,13 +38,16 @@ async def apply_strategy(backend: ChaosBackend, step: Adversary, names: Sequence
     return step.kind + "".join(f" {k}={v}" for k, v in given.items())
 
 
-async def ground_key(backend: ChaosBackend, step: Join) -> dict[str, Any]:
+async def ground_key(backend: ChaosBackend, step: Join, adversaries: Collection[str] = ()) -> dict[str, Any]:
     """Grind ``step.key`` for the joining node (seeded by the run's seed and its name) and give it to the
-    backend for the join. Returns what the join's action records: the key, how many keys were tried, the rule."""
+    backend for the join. The key is placed among the honest keys: ``adversaries`` (nodes that joined as
+    adversaries, e.g. earlier sybils) do not bound it, so k sybils on one side of a victim cost about k times as
+    many tries as one, not exponentially more. Returns what the join's action records: the key, how many keys
+    were tried, the rule."""
     spec = step.key
     assert spec is not None and step.node is not None
     try:
-        honest = {n: k for n, k in (await backend.node_keys()).items() if n != step.node}
+        honest = {n: k for n, k in (await backend.node_keys()).items() if n != step.node and n not in adversaries}
         if spec.near is not None:
             if spec.near not in honest:
                 raise TargetError(f"key: near {spec.near!r}, which has not joined the run")

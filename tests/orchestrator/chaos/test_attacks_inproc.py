@@ -87,6 +87,30 @@ def test_a_sybil_pair_next_to_the_victim_eclipses_it_on_graph_250() -> None:
 
 
 @pytest.mark.slow
+def test_many_sybils_on_one_side_of_a_victim_are_ground_among_the_honest_keys_only() -> None:
+    """12 sybils (fraction 0.05 of graph-250) just above one victim: each key lies between the victim and the next
+    honest key above it. Earlier sybils do not narrow the gap (they are not honest), so each costs about as many
+    tries as the first; bounded by each other, the 12th would need ~2^11 times as many (a review's finding)."""
+    topo = load_topology(GRAPH_250)
+    victim, spots = _victim_and_spots(topo)
+    joins = "".join(f"  - {{action: join, node: syb-{i}, peers: ['{victim}', '{spots[i % len(spots)]}'], "
+                    f"adversary: true, key: {{near: '{victim}', side: above, max_tries: 20000}}}}\n"
+                    for i in range(12))  # fmt: skip
+
+    async def keys(b: InprocChaos, acts: list) -> tuple[dict[str, bytes], list]:
+        return await b.node_keys(), acts
+
+    got, acts = _drive(topo, joins, keys)
+    honest = sorted(k for n, k in got.items() if not n.startswith("syb-"))
+    above = next(k for k in honest if k > got[victim])
+    sybils = [got[f"syb-{i}"] for i in range(12)]
+    assert all(got[victim] < k < above for k in sybils)
+    assert len({*sybils}) == 12
+    tries = [d["key_tries"] for a, _, d in acts if a == "join"]
+    assert len(tries) == 12 and max(tries) <= 20000, tries
+
+
+@pytest.mark.slow
 def test_root_takeover_makes_the_ground_key_the_root_of_every_component() -> None:
     topo = load_topology(GRAPH_250)
     steps = ("  - {action: join, node: usurper, peers: ['171', '176'], key: {above_all: true}}\n"
