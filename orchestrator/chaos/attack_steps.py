@@ -8,15 +8,23 @@ node that refuses a strategy, as the reference node does) fails the step with it
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from node.core.attacks import STRATEGIES
 from node.core.grind import GrindError, above_all, grind, near
 from orchestrator.chaos.backend import ChaosBackend
 from orchestrator.chaos.steps import Adversary, Join
 from orchestrator.chaos.targets import TargetError
 
-__all__ = ["apply_strategy", "ground_key"]
+__all__ = ["apply_strategy", "ground_key", "node_strategy_seed"]
+
+
+def node_strategy_seed(run_seed: object, name: str) -> int:
+    """A seeded strategy's seed when the step gives none: from the run's seed and the node's name, so adversaries
+    draw independent streams and each run seed samples the strategy's own randomness."""
+    return int.from_bytes(hashlib.sha256(f"strategy:{run_seed}:{name}".encode()).digest()[:4], "big")
 
 
 async def apply_strategy(backend: ChaosBackend, step: Adversary, names: Sequence[str],
@@ -30,9 +38,11 @@ async def apply_strategy(backend: ChaosBackend, step: Adversary, names: Sequence
             if step.victim not in keys:
                 raise TargetError(f"victim {step.victim!r} has not joined the run")
             params["victim"] = keys[step.victim].hex()
+        seeded = "seed" in STRATEGIES.get(step.kind, (None, {}))[1] and "seed" not in given
         for n in names:
-            await backend.attack(n, step.kind, params)
-            act("adversary", n, {"strategy": step.kind, **given})
+            mine = {**params, "seed": node_strategy_seed(getattr(backend, "seed", 0), n)} if seeded else params
+            await backend.attack(n, step.kind, mine)
+            act("adversary", n, {"strategy": step.kind, **given, **({"seed": mine["seed"]} if seeded else {})})
     except NotImplementedError as exc:
         raise TargetError(f"adversary {step.kind}: {exc}") from None
     return step.kind + "".join(f" {k}={v}" for k, v in given.items())

@@ -160,3 +160,18 @@ def test_forged_frames_are_rejected_and_counted_by_every_honest_peer() -> None:
 def test_bad_attack_steps_name_the_field(step: str, words: str) -> None:
     with pytest.raises(ScenarioError, match=words):
         parse_scenario_yaml(f"name: bad\nsteps:\n  - {step}\n", topology=ring(4))
+
+
+def test_a_seeded_strategy_without_a_seed_gets_one_per_run_and_node() -> None:
+    """Greyholes given no seed draw independent streams (seeded by the run's seed and the node's name), so the
+    seeds of a damage curve sample the strategy's randomness; a seed the step gives is kept."""
+    steps = ("  - {action: adversary, target: n02, strategy: greyhole, forward: 0.5}\n"
+             "  - {action: adversary, target: n05, strategy: greyhole, forward: 0.5}\n"
+             "  - {action: adversary, target: n07, strategy: greyhole, forward: 0.5, seed: 7}\n")  # fmt: skip
+
+    async def seeds(b: InprocChaos, acts: list) -> dict[str, int]:
+        return {t: d["seed"] for a, t, d in acts if a == "adversary"}
+
+    one, again, other = (_drive(ring(8), steps, seeds, seed=s) for s in (1, 1, 2))
+    assert one == again and one["n07"] == other["n07"] == 7
+    assert len({one["n02"], one["n05"], other["n02"], other["n05"]}) == 4
