@@ -76,6 +76,16 @@ def default_state_dir() -> Path:
     return Path(env) if env else Path(tempfile.gettempdir()) / f"snekbed-spark-{os.getuid()}"
 
 
+def _own(state_dir: Path) -> None:
+    """Refuse a state directory another user owns or others may write: Spark sources ``conf/spark-env.sh`` from
+    it and ``down`` signals the pids its state file names. Raises ClusterRefused."""
+    st = state_dir.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ClusterRefused(f"{state_dir}: owned by uid {st.st_uid} with mode {st.st_mode & 0o777:o}; the state "
+                             "directory must be this user's and writable by no one else (Spark runs its "
+                             "conf/spark-env.sh): remove it, or give another with --state-dir / SNEKBED_SPARK_DIR")
+
+
 def spark_class() -> Path:
     """pyspark's own launcher script (it ``exec``s the JVM, so its pid is the daemon's)."""
     path = Path(pyspark.__file__).parent / "bin" / "spark-class"
@@ -150,7 +160,8 @@ def start(state_dir: Path, *, workers: int = 2, cores: int = 1, memory: str = "1
     wait until the master lists them all ALIVE. Raises ClusterError (having stopped what it started) when a port is
     taken, a daemon exits, or the workers do not register within ``timeout_s``; an interrupt stops them too."""
     state_dir = state_dir.resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _own(state_dir)
     old = read_state(state_dir)
     if old is not None and _running(old):
         raise ClusterRefused(f"a cluster is already up from {state_dir} ({old.master_url}): `snekbed spark down` first")

@@ -298,6 +298,8 @@ def cluster_up(hosts: int, *, share: Iterable[Path] = (), images: Iterable[str] 
     t0 = time.monotonic()
     tag = build_host_image(outer, progress=progress)
     cid = cluster_id or secrets.token_hex(3)
+    if any(c.id == cid for c in list_clusters()):  # checked before anything is made: the except below
+        raise ClusterError(f"a cluster {cid} is already up: `snekbed cluster down` it first")  # removes by id
     cl = Cluster(cid, f"snekbed-cluster-{cid}")
     cl.timings["host_image_s"] = time.monotonic() - t0
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipeline.standalone import group_members
+from pipeline.standalone import ClusterRefused, group_members, start
 from tests.conftest import REPO, java_available, need, need_module
 from tests.pipeline.test_analyze import read_rows
 
@@ -165,3 +165,14 @@ def test_an_interrupted_up_stops_what_it_started(tmp_path: Path) -> None:
     assert proc.returncode == 130, err[-2000:]
     assert {name: group_members(pid) for name, pid in pids.items() if group_members(pid)} == {}
     assert not state.exists()
+
+
+def test_up_refuses_a_state_directory_others_may_write(tmp_path: Path) -> None:
+    """Spark sources conf/spark-env.sh from the state directory: one that others may write is refused, exit 2,
+    before anything starts."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(ClusterRefused, match="writable by no one else"):
+        start(shared, workers=1)
+    assert not (shared / "cluster.json").exists()
