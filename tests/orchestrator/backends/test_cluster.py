@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-docker = pytest.importorskip("docker")  # the Docker SDK, an optional extra
+from tests.ci import need_module
+
+docker = need_module("docker", "the Docker SDK (an optional extra) drives the cluster's engines")
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
