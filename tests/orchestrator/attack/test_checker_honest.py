@@ -10,7 +10,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from orchestrator.chaos.checker import NodeState, PingOutcome, adversaries_after, evaluate
+from orchestrator.chaos.checker import NodeState, PingOutcome, Reconvergence, adversaries_after, evaluate
 from tests.ci import REPO
 from tests.orchestrator.planted import write_two_rings
 
@@ -46,6 +46,23 @@ def test_honest_view_ignores_the_adversary_and_its_pairs() -> None:
     cut = evaluate(g, states, pings=[PingOutcome("a", "e", "snek", False)], adversaries={"c"})
     assert not cut["pairs_reachable"].held
     assert set(plain) == set(honest)  # the invariant names are unchanged
+
+
+def test_a_network_an_adversary_keeps_from_settling_is_not_judged_stuck_when_the_honest_nodes_hold() -> None:
+    """A bootstrap dropper never gets its own descending entry, so the whole network's snake never converges and
+    the re-convergence is 'stuck'; with the honest nodes' roots and snake in order that is not judged (was a false
+    failure: a shrunk reference sequence without the adversary's peering failed reconverged_within_bound)."""
+    g, k = _line()
+    states = {n: NodeState(k[n], k["e"], k["abcde"["abcde".index(n) - 1]] if n != "a" else None) for n in "abcde"}
+    states["d"] = NodeState(k["d"], k["e"], None)  # the adversary: its descending entry never forms
+    stuck = Reconvergence(0.0, None, 45.0, horizon_s=135.0)
+    honest = evaluate(g, states, adversaries={"d"}, reconvergence=stuck)["reconverged_within_bound"]
+    assert not honest.evaluated and "not judged" in honest.detail and "stuck" in honest.detail
+    plain = evaluate(g, states, reconvergence=stuck)["reconverged_within_bound"]
+    assert plain.evaluated and not plain.ok  # without adversaries, stuck is stuck
+    states["b"] = NodeState(k["b"], k["e"], None)  # an honest node out of order too: stuck is judged again
+    judged = evaluate(g, states, adversaries={"d"}, reconvergence=stuck)["reconverged_within_bound"]
+    assert judged.evaluated and not judged.ok
 
 
 def test_honest_view_still_sees_honest_disorder_and_expectations() -> None:
