@@ -154,6 +154,10 @@ class Lifecycle(Protocol):
 class Observation(Protocol):
     """What the checker and the target roles read: the live graph, the nodes' state, pings, convergence."""
 
+    #: nodes that run the Go reference (a real-time backend's mixed topology; none in process): the checker allows
+    #: their lost pings longer to come back (runner.REFERENCE_COORDS_S)
+    reference_nodes: frozenset[str] = frozenset()
+
     def live_graph(self) -> nx.Graph:
         """Nodes that are alive and not paused, and the links between them that are up."""
         ...

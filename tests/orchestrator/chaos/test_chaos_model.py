@@ -259,6 +259,33 @@ def test_a_break_that_outlasts_the_limit_fails_and_names_what_it_kept() -> None:
     assert watch.snake_ordered(ok) is ok
 
 
+def test_a_reference_sources_lost_pair_has_its_coordinate_caches_limit_and_nothing_else_does() -> None:
+    # b runs the Go reference: its pings go to cached coordinates for up to a minute, so a pair it lost may answer
+    # within the longer limit; a snekbed source's pair and a node out of order keep the soft-state limit
+    g, first = _line({**ORDERED, "c": 1})
+    lost = [PingOutcome("b", "d", "snek", False), PingOutcome("a", "d", "snek", False)]
+    inv = evaluate(g, first, pings=lost)
+    watch = TransientWatch.start(0.0, 16.0, g, first, lost, {"b": 65.0})
+    assert watch.pair_limit_s == {("b", "d", "snek"): 65.0}
+    watch.read(10.0, *_line({**ORDERED, "c": 1}))
+    assert set(watch.nodes) == {"c"} and watch.open(16.0)
+    assert not watch.open(16.5)  # a node still out of order closes the window at the soft-state limit
+    g2, first2 = _line(ORDERED)
+    ok_first = evaluate(g2, first2, pings=lost)
+    watch = TransientWatch.start(0.0, 16.0, g2, first2, lost, {"b": 65.0})
+    assert watch.open(60.0) and not watch.open(65.5)  # open for b's pair only
+    watch.pinged(40.0, [PingOutcome("b", "d", "snek", True), PingOutcome("a", "d", "snek", True)])
+    assert watch.pairs == {("a", "d", "snek")}  # a's answer came after its 16 s limit
+    pairs = watch.pairs_reachable(ok_first["pairs_reachable"])
+    assert not pairs.ok and "1 pair(s) still lost 16 s later: a->d (snek)" in pairs.detail
+    assert "a reference source (b) routes to cached coordinates for up to 65 s" in pairs.detail
+    watch = TransientWatch.start(0.0, 16.0, g2, first2, lost[:1], {"b": 65.0})
+    watch.pinged(40.0, [PingOutcome("b", "d", "snek", True)])
+    pairs = watch.pairs_reachable(ok_first["pairs_reachable"])
+    assert pairs.ok and "held again within 40.0 s" in pairs.detail and "up to 65 s" in pairs.detail
+    del inv
+
+
 # -- targets ---------------------------------------------------------------------------------------
 
 
