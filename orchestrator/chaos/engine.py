@@ -94,6 +94,8 @@ class ChaosOptions:
     view_at: HostPort | None = None
     removal: DeferredRemoval | None = None
     pinecone_src: Path | None = None
+    #: the reference node image to run (None: build or reuse it from ``pinecone_src``)
+    reference_image: str | None = None
     #: watches an in-process run while it works (the progress line: orchestrator.sessions.progress)
     watch: Watch | None = None
 
@@ -328,9 +330,9 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
         except SwarmError as exc:
             raise ChaosSetupError(str(exc)) from None
     image = o.image if o.image is not None else build_node_image(backend.client).tag
-    reference_image = None
-    if reference_nodes(full.variants()):  # nodes of the Pinecone reference: its image, built as the node image is
-        try:
+    reference_image = o.reference_image
+    if reference_image is None and reference_nodes(full.variants()):  # the reference's nodes: its image, built as
+        try:  # the node image is
             reference_image = build_reference_image(backend.client, pinecone_src=o.pinecone_src).tag
         except ReferenceImageError as exc:
             raise ChaosSetupError(f"scenario {sc.name}: {exc}") from None

@@ -82,6 +82,9 @@ __all__ = ["EXIT_CODES", "chaos"]
 @click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="--backend docker|swarm, nodes whose spec is pinecone: the Pinecone reference to build the reference "
                    "node from [default: $SNEKBED_PINECONE_SRC, else ../shared/reference]")
+@click.option("--reference-image", default=None, metavar="IMAGE",
+              help="--backend docker|swarm, nodes whose spec is pinecone: run this reference node image instead of "
+                   "building one (a multi-host swarm: the tag `snekbed cluster up` printed)")
 @click.option("--repeat", "repeat_n", type=click.IntRange(min=1), default=None, metavar="N",
               help="run the scenario N times (same seed) and report how often each step's verdict agreed; the exit "
                    "code is the worst run's (docs/chaos.md, \"Reproducibility\")")
@@ -101,7 +104,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
           clock: str, record: Path | None, runs_dir: Path | None, image: str | None, keep: bool,
           write_scenario: Path | None, variant_text: str, knobs: tuple[str, ...], monitoring: bool,
           prometheus_image: str | None, metrics_at: str | None, view_at: str | None, pinecone_src: Path | None,
-          as_json: bool, list_only: bool, boot_spread_s: float, repeat_n: int | None, shrink: bool,
+          reference_image: str | None, as_json: bool, list_only: bool, boot_spread_s: float, repeat_n: int | None, shrink: bool,
           shrink_out: Path | None, shrink_runs: int, quiet: bool, progress_every_s: float | None) -> None:  # fmt: skip
     """Run a chaos scenario (faults, traffic, checks) and give a verdict."""
     _modes(scenario, repeat_n, shrink, shrink_out, view_at)
@@ -133,7 +136,7 @@ def chaos(scenario: str | None, topology_path: Path | None, backend: str, seed: 
     options = ChaosOptions(backend=backend, seed=seed, variant=variant, record=record, runs_dir=runs_dir, image=image,
                            keep=keep, clock=clock, boot_spread_s=boot_spread_s, monitoring=monitoring,
                            prometheus_image=prometheus_image, metrics_at=metrics_addr, view_at=view_addr,
-                           pinecone_src=pinecone_src,
+                           pinecone_src=pinecone_src, reference_image=reference_image,
                            watch=None if quiet else partial(ProgressLine, every_s=progress_every_s))  # fmt: skip
     try:
         if shrink:

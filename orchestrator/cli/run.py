@@ -152,11 +152,14 @@ def _node_table(report: dict[str, Any], title: str) -> Any:
 @click.option("--pinecone-src", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="Docker, nodes whose spec is pinecone: the Pinecone reference to build the reference node from "
                    "(a checkout or a GOPATH tree) [default: $SNEKBED_PINECONE_SRC, else ../shared/reference].")
+@click.option("--reference-image", default=None, metavar="IMAGE",
+              help="Docker/swarm, nodes whose spec is pinecone: run this reference node image instead of building one "
+                   "(a multi-host swarm: the tag `snekbed cluster up` printed).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | None, seed: int, timeout_s: float,
        shaping: str, address_pool: str | None, image: str | None, workers: int, variant_text: str | None,
        knobs: tuple[str, ...], monitoring: bool, prometheus_image: str | None, host_timeout_s: float,
-       pinecone_src: Path | None, as_json: bool) -> None:  # fmt: skip
+       pinecone_src: Path | None, reference_image: str | None, as_json: bool) -> None:  # fmt: skip
     """Bring TOPOLOGY up and wait until it has converged (or --timeout-s passes)."""
     topo = _load(topology)  # before anything else: a bad file creates nothing
     if variant_text is not None or knobs:
@@ -182,7 +185,7 @@ def up(topology: Path, backend_name: str, run_id: str | None, runs_dir: Path | N
         done = _up_with_progress(topo, root, run_id, made, as_json=as_json, swarm=backend_name == "swarm",
                                  shaping=shaping, pool=address_pool, image=image, workers=workers,
                                  monitoring=monitoring, prometheus_image=prometheus_image, pinecone_src=pinecone_src,
-                                 seed=seed, timeout_s=timeout_s, host_timeout_s=host_timeout_s)
+                                 reference_image=reference_image, seed=seed, timeout_s=timeout_s, host_timeout_s=host_timeout_s)
     except KeyboardInterrupt:
         said = rolled_back(made[0]) if made else "nothing was made (no run directory)"
         _console(stderr=True).print(f"[red]interrupted[/]: {said}")

@@ -143,11 +143,11 @@ def up_inproc(topology: Topology, run: RunDir, *, seed: int, timeout_s: float) -
 def prepare_docker(topology: Topology, *, swarm: bool = False, shaping: str = "auto", pool: str | None = None,
                    workers: int = 8, image: str | None = None, monitoring: bool = False,
                    prometheus_image: str | None = None, pinecone_src: Path | None = None,
-                   callbacks: UpCallbacks | None = None) -> DockerPrep:
+                   reference_image: str | None = None, callbacks: UpCallbacks | None = None) -> DockerPrep:
     """Everything ``up`` does on this engine (or its swarm) before the run's directory is made: check that the
     engine can run ``topology`` as asked, then build (or reuse) the node image unless ``image`` is given, the
-    reference image (from the reference at ``pinecone_src``, else the default) when a node's spec is ``pinecone``,
-    and with ``monitoring`` the Prometheus image.
+    reference image (from the reference at ``pinecone_src``, else the default) when a node's spec is ``pinecone``
+    unless ``reference_image`` is given, and with ``monitoring`` the Prometheus image.
 
     Raises Refused when the request cannot be served here; ImageError when an image could not be built. Either
     way nothing of the run exists yet.
@@ -169,8 +169,7 @@ def prepare_docker(topology: Topology, *, swarm: bool = False, shaping: str = "a
     if image is None:
         image = build_node_image(backend.client, progress=cb.image_line).tag
         cb.image_built(image)
-    reference_image = None
-    if reference_nodes(topology.variants()):
+    if reference_image is None and reference_nodes(topology.variants()):
         try:
             reference_image = build_reference_image(backend.client, pinecone_src=pinecone_src,
                                                     progress=cb.image_line).tag  # fmt: skip
