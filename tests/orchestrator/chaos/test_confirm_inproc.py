@@ -104,20 +104,25 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           cwd=REPO, timeout=600, env={**os.environ, **(env or {})})  # fmt: skip
 
 
-def test_snekbed_chaos_exits_3_for_an_unconfirmed_partition(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("plant", "step", "why"), [
+    ("ignore_partition", "  - {action: partition, by: halves}\n", "cut link(s) still peered"),
+    ("pause_noop", "  - {action: pause, target: n02, for_s: 10}\n", "not confirmed within"),
+    ("link_change_noop", "  - {action: link_change, link: [n01, n02], class: bluetooth}\n", "not confirmed within"),
+])  # fmt: skip
+def test_snekbed_chaos_exits_3_for_an_unconfirmed_fault(tmp_path: Path, plant: str, step: str, why: str) -> None:
     topo = tmp_path / "ring.yaml"
     topo.write_text(json.dumps(RING.to_record()))
-    sc = tmp_path / "cut.yaml"
-    sc.write_text("name: cut\nsettle_s: 1\ntraffic: null\nsteps:\n"
-                  "  - {action: wait, until: converged, within_s: 120}\n"
-                  "  - {action: partition, by: halves}\n")  # fmt: skip
-    ok = _cli(str(sc), "--topology", str(topo), "--json")
-    assert ok.returncode == 0, ok.stderr
-    bad = _cli(str(sc), "--topology", str(topo), "--json", env={PLANT_ENV: "ignore_partition"})
+    sc = tmp_path / "fault.yaml"
+    sc.write_text("name: fault\nsettle_s: 1\ntraffic: null\nsteps:\n"
+                  "  - {action: wait, until: converged, within_s: 120}\n" + step)  # fmt: skip
+    if plant == "ignore_partition":  # the same file without the plant: exit 0 (the others: the in-process test)
+        ok = _cli(str(sc), "--topology", str(topo), "--json")
+        assert ok.returncode == 0, ok.stderr
+    bad = _cli(str(sc), "--topology", str(topo), "--json", env={PLANT_ENV: plant})
     assert bad.returncode == 3, bad.stderr
     doc = json.loads(bad.stdout)
     assert doc["verdict"] == "invalid" and doc["invalid_steps"] == [1]
-    assert "cut link(s) still peered" in doc["steps"][1]["invalid"]
+    assert why in doc["steps"][1]["invalid"], doc["steps"][1]
 
 
 # -- slow against stuck ------------------------------------------------------------------------------
