@@ -4,7 +4,8 @@ container or on the host.
 A node container runs ``snekbed node`` listening for peers on NODE_PEER_PORT, its admin API on
 NODE_ADMIN_PORT and its metrics on NODE_METRICS_PORT (the Dockerfile's labels repeat them), its event log
 under NODE_EVENTS_DIR (the run's ``events/``, bind-mounted). Its key seed is ``NodeSpec.seed_bytes(seed)``,
-as in every backend.
+as in every backend (a chaos join's ground key, ground before the run, is the joining node's ``key_seed``:
+orchestrator.chaos.ground_keys).
 
 Peering: for each link the lexicographically smaller name dials the other's link
 address (``--peer tcp://IP:7000?class=..``); the listener is told the class and

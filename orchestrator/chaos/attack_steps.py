@@ -13,8 +13,8 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from node.core.attacks import STRATEGIES
-from node.core.grind import GrindError, above_all, grind, near
 from orchestrator.chaos.backend import ChaosBackend
+from orchestrator.chaos.ground_keys import ground
 from orchestrator.chaos.steps import Adversary, Join
 from orchestrator.chaos.targets import TargetError
 
@@ -52,23 +52,13 @@ async def ground_key(backend: ChaosBackend, step: Join, adversaries: Collection[
     """Grind ``step.key`` for the joining node (seeded by the run's seed and its name) and give it to the
     backend for the join. The key is placed among the honest keys: ``adversaries`` (nodes that joined as
     adversaries, e.g. earlier sybils) do not bound it, so k sybils on one side of a victim cost about k times as
-    many tries as one, not exponentially more. Returns what the join's action records: the key, how many keys
-    were tried, the rule."""
-    spec = step.key
-    assert spec is not None and step.node is not None
+    many tries as one, not exponentially more (the rule: orchestrator.chaos.ground_keys.ground, which a backend
+    that makes its keys before the run follows beforehand). Returns what the join's action records: the key, how
+    many keys were tried, the rule."""
+    assert step.key is not None and step.node is not None
     try:
-        honest = {n: k for n, k in (await backend.node_keys()).items() if n != step.node and n not in adversaries}
-        if spec.near is not None:
-            if spec.near not in honest:
-                raise TargetError(f"key: near {spec.near!r}, which has not joined the run")
-            accept = near(honest[spec.near], honest.values(), spec.side)
-            rule = f"{spec.side} {spec.near}"
-        else:
-            accept, rule = above_all(honest.values()), "above all"
-        g = grind(getattr(backend, "seed", 0), step.node, accept, spec.max_tries)
+        g, rule = ground(getattr(backend, "seed", 0), step, await backend.node_keys(), adversaries)
         await backend.use_key(step.node, g.seed)
-    except GrindError as exc:
-        raise TargetError(f"key: {exc} ({rule})") from None
     except NotImplementedError as exc:
         raise TargetError(f"key: {exc}") from None
     return {"key": g.key.hex(), "key_tries": g.tries, "key_rule": rule}

@@ -63,8 +63,7 @@ from orchestrator.chaos import docker_confirm as measured
 from orchestrator.chaos.docker_shaping import change_link, reshape_ends
 from orchestrator.chaos.docker_attacks import DockerAttacks
 from orchestrator.chaos.backend import (
-    ChaosBackend, Converged, DeferredRemoval, FlightDump, TrafficSample, planted_defect,
-)  # fmt: skip
+    ChaosBackend, Converged, DeferredRemoval, FlightDump, TrafficSample, planted_defect)  # fmt: skip
 from orchestrator.chaos.flight import from_admin
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.targets import TargetError
@@ -592,6 +591,7 @@ class DockerChaos(DockerAttacks, ChaosBackend):
                     await self._connect(i)
         if name in self.stopped or name in self.removed:
             await self.restart(name)
+        self.waiting.discard(name)  # joined: node_keys lists it now (docker_attacks)
 
     async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
         assert self._admin is not None and self.session is not None

@@ -32,6 +32,7 @@ from node.httpserve import serve_app
 from orchestrator.backends.docker_net import radio_carriers
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, SimNode
 from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
+from orchestrator.chaos.ground_keys import with_planned_keys
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.inproc_mobile import MobileInprocChaos
 from orchestrator.chaos.runner import Progress, run_scenario
@@ -339,10 +340,11 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
     prometheus_image = o.prometheus_image
     if o.monitoring and prometheus_image is None:
         prometheus_image = build_prometheus_image(backend.client)
+    initial = set(topology.node_names) if topology is not None else set()
+    full = with_planned_keys(full, sc.steps, initial, o.seed)  # joins' ground keys, made with the containers
     root, run_id = (o.record.parent, o.record.name) if o.record is not None else (runs_root(o.runs_dir), new_run_id())
     run = create_run(root, run_id, topology=full.to_record())
     declared_nodes, declared_links = sc.declared()
-    initial = set(topology.node_names) if topology is not None else set()
     start_stopped = [n for n in declared_nodes if n not in initial]
     start_unlinked = [(a, b) for a, b, _ in declared_links
                       if topology is None or not any({ln.a, ln.b} == {a, b} for ln in topology.links)]  # fmt: skip
