@@ -91,3 +91,16 @@ print(build_reference_node(REPO / 'build' / 'reference-node'))
 else
   log "$(tail -n 1 /tmp/snekbed-reference-build.log)"
 fi
+# The images (docs/image.md): the node image, the reference node's and Prometheus', built once here (or reused when
+# their inputs did not change), so that neither the main job nor any test pays for a build. Without an engine they are
+# left to the first command that needs them.
+if command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; then
+  if .venv/bin/snekbed image build >/tmp/snekbed-image-build.log 2>&1 \
+     && .venv/bin/snekbed image prometheus >>/tmp/snekbed-image-build.log 2>&1; then
+    log "images ready: $(grep -o 'snekbed-[a-z]*:[0-9a-f]\{12\}' /tmp/snekbed-image-build.log | sort -u | tr '\n' ' ')"
+  else
+    log "an image could not be built (see /tmp/snekbed-image-build.log): the commands that need it will say why"
+  fi
+else
+  log "no Docker engine answers: no images built (the in-process backend needs none)"
+fi

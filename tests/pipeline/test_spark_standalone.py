@@ -122,6 +122,7 @@ def test_two_workers_analyze_a_chaos_run_as_local_mode_does(cluster: dict, chaos
         for row, other in zip(mine, theirs):
             assert _same(row, other), f"table {name}: {row} on two workers, {other} locally"
     assert len(read_rows(tmp_path / "cluster" / "tables" / "convergence")) >= 4  # start, kill, partition, heal
+    assert (tmp_path / "cluster" / "report.md").read_text() == (tmp_path / "local" / "report.md").read_text()
 
 
 def test_up_refuses_a_port_in_use_before_starting_anything(tmp_path: Path) -> None:
