@@ -202,8 +202,10 @@ def _r(x: float | None) -> float | None:
 
 
 def wait_converged(admin: AdminClient, live_graph: Callable[[], nx.Graph], *, t0: float, timeout_s: float,
-                   poll_s: float = POLL_S, progress: Callable[[float, int, int], None] | None = None) -> Convergence:
-    """Poll until the live graph has converged (tree and snake) or ``timeout_s`` after ``t0`` passes.
+                   poll_s: float = POLL_S, progress: Callable[[float, int, int], None] | None = None,
+                   give_up: Callable[[], bool] | None = None) -> Convergence:
+    """Poll until the live graph has converged (tree and snake) or ``timeout_s`` after ``t0`` passes, or until
+    ``give_up()`` (asked once a poll) says there is no point in waiting longer.
 
     ``live_graph()`` is re-read on every poll (nodes whose container stopped drop
     out, or it may raise to abort). ``progress(elapsed_s, converged_nodes, live_nodes)``
@@ -237,7 +239,7 @@ def wait_converged(admin: AdminClient, live_graph: Callable[[], nx.Graph], *, t0
         bad = set(verdict.wrong_root) | set(verdict.wrong_descending) | set(unreachable)
         if progress is not None:
             progress(now - t0, graph.number_of_nodes() - len(bad), graph.number_of_nodes())
-        if converged or now - t0 >= timeout_s:
+        if converged or now - t0 >= timeout_s or (give_up is not None and give_up()):
             return Convergence(converged, tracker.tree_s, tracker.snake_s if converged else None, now - t0, polls,
                                sorted(verdict.wrong_root), sorted(verdict.wrong_descending), unreachable, states)
         time.sleep(max(0.0, poll_s - (time.monotonic() - now_before)))

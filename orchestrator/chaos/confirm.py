@@ -401,6 +401,11 @@ class Confirmer:
                                   self.backend.now(), DROP_S, node=n, kinds=kinds, peer=peer,
                                   before=(0, 0) if peer is not None else before.get(n, "not read")))  # fmt: skip
 
+    @property
+    def failed(self) -> bool:
+        """Whether an expectation has already come out unconfirmed (the step will be ``invalid``)."""
+        return any(e.done is not None and e.done.ok is False for e in self.expects)
+
     async def settled(self, until: float | None = None) -> Confirmation | None:
         """Wait until every expectation is decided, but not past the backend time ``until`` (a reference
         sequence's next command: one undecided by then is not measured, and says so); their combination (None

@@ -108,7 +108,7 @@ class DockerChaos(DockerAttacks, ChaosBackend):
 
     name = "docker"
     measures_faults = True
-
+    reference_nodes: frozenset[str] = frozenset()  # the topology's, from __init__
     def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0, shaping: str = "auto",
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
                  backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
@@ -364,11 +364,11 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         return {n: (self.session.name_of(d["parent"]) if d.get("parent") else None)
                 for n, d in (await self._states_docs()).items()}  # fmt: skip
 
-    async def wait_converged(self, since: float, within_s: float) -> Converged:
+    async def wait_converged(self, since: float, within_s: float, give_up: Callable[[], bool] | None = None) -> Converged:
         assert self._admin is not None
         remaining = max(0.5, since + within_s - time.monotonic())
-        conv = await trio.to_thread.run_sync(
-            lambda: wait_converged(self._admin, self.live_graph, t0=since, timeout_s=remaining, poll_s=0.5))
+        conv = await trio.to_thread.run_sync(lambda: wait_converged(self._admin, self.live_graph, t0=since,
+                                                                    timeout_s=remaining, poll_s=0.5, give_up=give_up))
         return Converged(conv.tree_s, conv.snake_s if conv.converged else None, time.monotonic() - since)
 
     def reconvergence_bound_s(self, margin_s: float) -> float:

@@ -63,6 +63,7 @@ class InprocChaos(InprocAttacks, ChaosBackend):
 
     name = "inproc"
     measures_faults = True
+    reference_nodes: frozenset[str] = frozenset()  # the Go reference runs on real-time backends only
 
     def __init__(
         self,
@@ -285,7 +286,7 @@ class InprocChaos(InprocAttacks, ChaosBackend):
     async def parents(self) -> dict[str, str | None]:
         return {name: self.net.parent_of(name) for name in self.net.nodes if self._live(name)}
 
-    async def wait_converged(self, since: float, within_s: float) -> Converged:
+    async def wait_converged(self, since: float, within_s: float, give_up: Callable[[], bool] | None = None) -> Converged:
         tr = self.tracker
         tr.reset(since)
         deadline = since + within_s
@@ -300,7 +301,7 @@ class InprocChaos(InprocAttacks, ChaosBackend):
                 if v.snake:
                     break
                 next_expiry = self._next_expiry
-            if self.net.now >= deadline:
+            if self.net.now >= deadline or (give_up is not None and give_up()):
                 break
             await self.net.run_until(min(self.net.now + OBSERVE_EVERY_S, deadline))
         self._drain_results()

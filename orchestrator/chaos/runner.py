@@ -254,7 +254,13 @@ class ChaosRun:
         late = step.expect.get("reconverged_within_bound", True) and step.check_within_s is None and (
             not isinstance(step, Check) or step.reconvergence)  # watched past the bound: slow against stuck
         horizon = round(HORIZON_BOUNDS * bound, 1) if late else bound
-        conv, window = await wait_and_settle(b, step, horizon, settle, fault_end, len(modes))
+        confirm = self.applier.confirm
+
+        def invalid_past_bound() -> bool:  # a fault not confirmed makes the step invalid: no slow/stuck to tell
+            return confirm is not None and b.now() - fault_end >= bound and confirm.failed
+
+        conv, window = await wait_and_settle(b, step, horizon, settle, fault_end, len(modes), invalid_past_bound)
+        late = late and not invalid_past_bound()
         graph, states, moving, live = await self._reading(bound)
         t_read = b.now()
         pairs = sample_pairs(graph.subgraph(states), CHECK_PAIRS, self.rng)

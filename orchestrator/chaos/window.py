@@ -13,6 +13,7 @@ deadline and judges everything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -69,13 +70,13 @@ class CheckWindow:
 
 
 async def wait_and_settle(b: ChaosBackend, step: AnyStep, bound_s: float, settle_s: float, fault_end: float,
-                          modes: int = 2) -> tuple[Converged, CheckWindow]:  # fmt: skip
-    """Wait for re-convergence (at most ``bound_s``) and the settle window after a fault that ended at
-    ``fault_end``, but not past the step's ``check_within_s`` less the time the checker's pings take (one
-    PING_RESERVE_S a mode, when the window has that much)."""
+                          modes: int = 2, give_up: Callable[[], bool] | None = None) -> tuple[Converged, CheckWindow]:
+    """Wait for re-convergence (at most ``bound_s``, or until ``give_up()``) and the settle window after a fault
+    that ended at ``fault_end``, but not past the step's ``check_within_s`` less the time the checker's pings take
+    (one PING_RESERVE_S a mode, when the window has that much)."""
     limit = step.check_within_s
     if limit is None:
-        conv = await b.wait_converged(fault_end, bound_s)
+        conv = await b.wait_converged(fault_end, bound_s, give_up)
         if settle_s:
             await b.sleep(settle_s)
         return conv, CheckWindow(None, b.now() - fault_end)

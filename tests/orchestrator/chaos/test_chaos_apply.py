@@ -90,7 +90,7 @@ class FakeBackend(ChaosBackend):
     async def parents(self) -> dict[str, str | None]:
         return {"a": "d", "b": "a", "c": "d", "d": None}
 
-    async def wait_converged(self, since: float, within_s: float) -> Converged:
+    async def wait_converged(self, since: float, within_s: float, give_up: Any = None) -> Converged:
         return Converged(0.0, 0.0, 0.0)
 
     def reconvergence_bound_s(self, margin_s: float) -> float:
