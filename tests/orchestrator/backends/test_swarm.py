@@ -1,8 +1,8 @@
 """``--backend swarm`` on a one-node swarm: mesh-12 as services on overlay networks, through the CLI.
 
-Up converges; pings in both modes; a root kill re-converges within the timer bound; the
-shipped partition-heal scenario passes; ``down`` leaves no labelled service, container or
-network. The swarm is made by the fixture only when this engine is in none (and left,
+Up converges; pings in both modes; a root kill re-converges within the timer bound; a mixed
+mesh-12 (every other node the Go reference) passes the shipped demo-quick scenario (root kill,
+partition, heal); ``down`` leaves no labelled service, container or network. The swarm is made by the fixture only when this engine is in none (and left,
 with the ``docker_gwbridge`` it created, only then, also after a failure).
 """
 
@@ -22,6 +22,11 @@ from typing import Any
 import pytest
 
 from orchestrator.backends.docker_net import host_routes
+from orchestrator.backends.image_reference import build_reference_image
+from orchestrator.backends.reference import reference_available
+from orchestrator.chaos.scenario import INVARIANTS
+from orchestrator.model.topology_loaders import load_topology
+from tests.ci import need
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -153,26 +158,46 @@ def test_mesh12_on_a_swarm(client: Any, image: str, swarm: str, tmp_path: Path) 
             _cli("down", "--runs-dir", str(runs), "--run-id", run_id)
 
 
-def test_partition_heal_on_a_swarm(client: Any, image: str, swarm: str, tmp_path: Path) -> None:
-    done = _cli("chaos", "partition-heal", "--backend", "swarm", "--topology", str(_mesh12_without_loss(tmp_path)),
-                "--image", image,
-                "--runs-dir", str(tmp_path / "runs"), "--seed", "2", "--json")  # fmt: skip
+def _mixed(path: Path) -> Path:
+    """The topology at ``path`` with every other node (n02, n04, ..., n12) running the Go reference."""
+    topo = load_topology(path)
+    nodes = [n.model_copy(update={"variant": "pinecone"}) if i % 2 else n for i, n in enumerate(topo.nodes)]
+    out = path.with_name(f"{path.stem}-mixed.yaml")
+    out.write_text(topo.model_copy(update={"nodes": nodes, "name": f"{topo.name}-mixed"}).to_yaml())
+    return out
+
+
+def test_a_mixed_mesh12_on_a_swarm_loses_its_root_splits_and_heals(client: Any, image: str, swarm: str,
+                                                                   tmp_path: Path) -> None:
+    """Reference nodes beside snekbed nodes as swarm services: the root killed (a reference node: n12 has the highest
+    key), the network split in halves and healed, every invariant judged; the reference image by its tag."""
+    ok, why = reference_available()
+    need(ok, f"the reference node cannot be built here: {why}")
+    reference_image = build_reference_image(client).tag
+    done = _cli("chaos", "demo-quick", "--backend", "swarm", "--topology", str(_mixed(_mesh12_without_loss(tmp_path))),
+                "--image", image, "--reference-image", reference_image,
+                "--runs-dir", str(tmp_path / "runs"), "--seed", "0", "--json")  # fmt: skip
     out = json.loads(done.stdout) if done.stdout.strip() else {}
     run_id = Path(out["run_dir"]).name if out.get("run_dir") else None
     try:
         assert done.returncode == 0 and out["verdict"] == "pass", done.stdout[-6000:] + done.stderr[-3000:]
         assert out["backend"] == "swarm"
         steps = out["steps"]
-        assert [s["action"] for s in steps] == ["wait", "partition", "heal"]
-        assert steps[1]["components"] == 2 and steps[2]["components"] == 1
-        for s in steps[1:]:
-            assert all(v["ok"] for v in s["invariants"].values()), s
+        assert [s["action"] for s in steps] == ["wait", "kill", "partition", "heal", "wait"]
+        assert steps[1]["targets"] == ["n12"], steps[1]  # the root, a reference node
+        assert steps[2]["components"] == 2 and steps[3]["components"] == 1
+        for s in steps[1:4]:
+            assert set(s["invariants"]) == set(INVARIANTS) and all(v["ok"] for v in s["invariants"].values()), s
             assert "delivered" in s["invariants"]["pairs_reachable"]["detail"], s
-            # measured on the links: a datagram from each cut link's dialer to its listener's alias on the overlay
-            assert s["confirmed"]["ok"] is True and "probe" in s["confirmed"]["how"], s
+            assert s["confirmed"]["ok"] is True, s
         assert out["traffic"]["delivered"] > 0
-        actions = [json.loads(x)["action"] for x in (Path(out["run_dir"]) / "actions.jsonl").read_text().splitlines()]
-        assert "partition" in actions and "heal" in actions
+        run_dir = Path(out["run_dir"])
+        meta = json.loads((run_dir / "meta.json").read_text())
+        assert meta["versions"]["reference_image"] == reference_image and meta["backend"] == "swarm"
+        for name in ("n02", "n07"):  # a reference node and a snekbed node, as their own event logs say
+            started = [json.loads(x) for x in (run_dir / "events" / f"{name}.jsonl").read_text().splitlines()
+                       if '"node_started"' in x]  # fmt: skip
+            assert started and all(e["version"].startswith("pinecone-") == (name == "n02") for e in started), started
     finally:
         if run_id is not None:
             assert _labelled(client, run_id) == (0, 0, 0)
