@@ -33,7 +33,7 @@ steps:
   - {action: flap, link: random, count: 5, period_s: 4}
   - {action: pause, target: root, for_s: 15}
   - {action: restart, target: n03}
-  - {action: churn, fraction: 0.2, duration_s: 60, down_s: 8}
+  - {action: churn, fraction: 0.2, duration_s: 30, down_s: 8}
 """
 
 
