@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from orchestrator.chaos.engine import shipped_scenarios
 from orchestrator.tools.dashboards import DEFAULT_DIR, metric_names, substitute, targets
 from orchestrator.tools.monitoring import FAULT_KINDS
 from orchestrator.backends.image import build_prometheus_image
@@ -37,6 +38,9 @@ REPO = Path(__file__).resolve().parents[3]
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"
 STEP_S = 2  # query resolution: the run's scrape interval
 SCENARIO = "demo-quick"  # the shipped scenario `snekbed demo` runs (on mesh-12 when Docker is there)
+#: its root kill comes 1 s after convergence, less than one scrape interval: the run here waits this long instead, so
+#: that every node has been scraped converged before the kill (the roots panel is read 2 s before it)
+KILL_AFTER_S = 3 * STEP_S
 
 
 def _api(url: str, path: str, **params: Any) -> Any:
@@ -63,8 +67,13 @@ def monitored_run(client: object, image: str, tmp_path_factory: pytest.TempPathF
     """The demo scenario's run, kept (--keep) so its Prometheus can be queried; removed by label afterwards."""
     prom_image = build_prometheus_image(client)  # type: ignore[arg-type]
     tmp = tmp_path_factory.mktemp("monitored")
+    shipped = shipped_scenarios()[SCENARIO].read_text()
+    kill = "  - {action: kill, target: root, after_s: 1}\n"
+    assert kill in shipped, shipped
+    scenario = tmp / f"{SCENARIO}.yaml"
+    scenario.write_text(shipped.replace(kill, kill.replace("after_s: 1", f"after_s: {KILL_AFTER_S}")))
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", SCENARIO, "--topology", str(MESH12),
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(scenario), "--topology", str(MESH12),
                            "--backend", "docker", "--image", image, "--runs-dir", str(tmp / "runs"),
                            "--monitoring", "--prometheus-image", prom_image, "--keep", "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=1200)  # fmt: skip
@@ -203,7 +212,7 @@ def test_the_panels_mean_what_they_say(monitored_run: dict[str, Any]) -> None:
     run, url, rid = monitored_run, monitored_run["url"], monitored_run["run_id"]
     kill, part, heal, end = _fault(run, "kill_root"), _fault(run, "partition"), _fault(run, "heal"), run["end"]
     roots = f'count(count by (key) (snek_root_info{{run="{rid}"}}))'
-    assert _at(url, roots, kill - 2) == [1.0]  # converged before the kill: one root
+    assert _at(url, roots, kill - STEP_S) == [1.0]  # converged, and every node scraped so, before the kill: one root
     assert _at(url, roots, end - 1) == [1.0]  # and again after the heal
     changes = _values(_range(url, f'sum(increase(snek_root_changes_total{{run="{rid}"}}[1m]))', kill, part))
     assert max(v for _, v in changes) > 0, changes
