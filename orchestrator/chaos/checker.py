@@ -416,7 +416,11 @@ class TransientWatch:
         of a pair still lost; a node still out of order then already failed)."""
         if self.nodes and now - self.t0 > self.limit_s:
             return False
-        return now - self.t0 <= max([self.limit_s, *(self.pair_limit_s.get(k, 0.0) for k in self.pairs)])
+        return now - self.t0 <= self._pairs_limit_s()
+
+    def _pairs_limit_s(self) -> float:
+        """The longest limit among the pairs still lost (``limit_s`` when none has a longer one)."""
+        return max([self.limit_s, *(self.pair_limit_s.get(k, 0.0) for k in self.pairs)])
 
     def snake_ordered(self, first: Invariant) -> Invariant:
         """``snake_ordered`` after the watch, from its first reading ``first``."""
@@ -425,7 +429,7 @@ class TransientWatch:
     def pairs_reachable(self, first: Invariant) -> Invariant:
         """``pairs_reachable`` after the watch, from its first reading ``first``."""
         keep = {f"{a}->{b} ({m})": None for a, b, m in self.pairs}
-        limit = max([self.limit_s, *(self.pair_limit_s.get(k, 0.0) for k in self.pairs)])
+        limit = self._pairs_limit_s()
         sources = sorted({a for a, _, _ in self.pair_limit_s})
         why = (f"; a reference source ({', '.join(sources)}) routes to cached coordinates for up to "
                f"{max(self.pair_limit_s.values()):g} s (docs/interop.md)") if sources else ""

@@ -109,6 +109,7 @@ class DockerChaos(DockerAttacks, ChaosBackend):
     name = "docker"
     measures_faults = True
     reference_nodes: frozenset[str] = frozenset()  # the topology's, from __init__
+
     def __init__(self, topology: Topology, run: RunDir, *, image: str, seed: int = 0, shaping: str = "auto",
                  start_stopped: Iterable[str] = (), start_unlinked: Iterable[tuple[str, str]] = (),
                  backend: DockerBackend | None = None, keep: bool = False, timeout_s: float = 240.0,
