@@ -15,6 +15,10 @@ schedule. Each run's meta.json ``ab`` names its experiment, arm and seed (docs/r
 * ``delivery_disrupted``: delivery ratio of the pings sent inside disruption episodes (episode >= 1:
   from a fault until the next action, as ``pings_enriched.episode`` places them), over
   ``pings_disrupted`` pings (null when there were none); ``delivery_ratio``: of every ping;
+* ``delivery_connected``: delivery ratio of the pings whose pair the live graph connected when they were sent
+  (pings.jsonl ``shortest_links`` not null), over ``pings_connected`` pings (null when there were none): with
+  nodes that move (docs/mobility.md) the pairs apart are the radio graph's doing, not the protocol's, and
+  ``delivery_ratio`` mixes them in; on a static graph it leaves out only pairs a partition or a kill separated;
 * ``stretch_median``: median stretch of the delivered pings (as ``run_summary``);
 * ``control_bytes_per_node_s``: control frames' bytes sent per node-second (``overhead.control_per_run``);
 * ``internal_errors``: bugs caught at a peer boundary, as far as the run records them: event lines
@@ -135,12 +139,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("episodes_unconverged", True, "episodes whose snake never converged"),
     Metric("delivery_disrupted", False, "ping delivery ratio inside disruption episodes"),
     Metric("delivery_ratio", False, "ping delivery ratio, all pings"),
+    Metric("delivery_connected", False, "ping delivery ratio between pairs the live graph connected"),
     Metric("stretch_median", True, "median stretch of delivered pings"),
     Metric("control_bytes_per_node_s", True, "control bytes sent per node per second"),
     Metric("internal_errors", True, "internal errors recorded"),
 )
 #: The columns of ``ab_runs`` that are not compared.
-INFO_COLUMNS = ("run_id", "experiment", "arm", "seed", "spec", "variants", "pings_disrupted", "censored")
+INFO_COLUMNS = ("run_id", "experiment", "arm", "seed", "spec", "variants", "pings_disrupted", "pings_connected",
+                "censored")
 
 
 # --------------------------------------------------------------------------- per-run metrics (Spark)
@@ -189,7 +195,7 @@ def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, con
     Raises JobInputError when a DataFrame lacks a needed column."""
     _need(ab_meta, ("run_id", "experiment", "arm", "seed", "spec", "variants", "observer_internal_errors"), "ab_meta")
     _need(convergence, ("run_id", "episode", "action", "tree_converged_s", "snake_converged_s"), "convergence")
-    _need(enriched, ("run_id", "episode", "received", "stretch"), "enriched pings")
+    _need(enriched, ("run_id", "episode", "received", "stretch", "shortest_links"), "enriched pings")
     _need(events, ("run_id", "event", "reason", "count", "mono_s"), "events")
     _need(convergence, ("t0_s",), "convergence")
     ep = F.col("episode")
@@ -202,10 +208,13 @@ def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, con
     )  # fmt: skip
     disrupted = (ep >= 1).cast("long")
     received = F.col("received").cast("long")
+    connected = F.col("shortest_links").isNotNull().cast("long")
     pings = enriched.groupBy("run_id").agg(
         F.sum(disrupted).alias("pings_disrupted"),
         F.sum(disrupted * received).alias("_received_disrupted"),
         (F.sum(received) / F.count("*")).alias("delivery_ratio"),
+        F.sum(connected).alias("pings_connected"),
+        F.sum(connected * received).alias("_received_connected"),
         F.percentile("stretch", 0.5).alias("stretch_median"),
     )
     errors = events.where(F.col("reason") == "internal_error").groupBy("run_id").agg(
@@ -214,9 +223,12 @@ def ab_runs(ab_meta: DataFrame, convergence: DataFrame, enriched: DataFrame, con
               .join(control.select("run_id", "control_bytes_per_node_s"), "run_id", "left")
               .join(errors, "run_id", "left").join(_censoring(convergence, events), "run_id", "left"))  # fmt: skip
     n_disrupted = F.coalesce(F.col("pings_disrupted"), F.lit(0))
+    n_connected = F.coalesce(F.col("pings_connected"), F.lit(0))
     cols = {
         "delivery_disrupted": F.when(n_disrupted > 0, F.col("_received_disrupted") / n_disrupted),
         "pings_disrupted": n_disrupted,
+        "delivery_connected": F.when(n_connected > 0, F.col("_received_connected") / n_connected),
+        "pings_connected": n_connected,
         "episodes_unconverged": F.col("episodes_unconverged"),
         "internal_errors": F.coalesce(F.col("_event_errors"), F.lit(0))
         + F.coalesce(F.col("observer_internal_errors"), F.lit(0)),

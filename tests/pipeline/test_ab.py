@@ -142,6 +142,10 @@ def test_delivery_during_disruption_from_the_raw_files(analyzed, recorded):
         r = rows["-".join(map(str, key))]
         assert r["pings_disrupted"] == len(inside) > 100
         assert r["delivery_disrupted"] == pytest.approx(sum(p["received"] for p in inside) / len(inside))
+        # connected when sent: the live graph had a path (the partition step parts pairs: some are not)
+        connected = [p for p in pings if p.get("shortest_links") is not None]
+        assert r["pings_connected"] == len(connected) < len(pings)
+        assert r["delivery_connected"] == pytest.approx(sum(p["received"] for p in connected) / len(connected))
 
 
 # --------------------------------------------------------------------------- pairing and verdicts
