@@ -231,7 +231,8 @@ AB_RUNS_SCHEMA = StructType(
        ("start_tree_s", D), ("start_snake_s", D))
     + _s(*[(f"reconv_{kind}_{action}_s", D) for action in EPISODE_ACTIONS for kind in ("tree", "snake")])
     + _s(("episodes_unconverged", L), ("pings_disrupted", L), ("delivery_disrupted", D), ("delivery_ratio", D),
-         ("stretch_median", D), ("control_bytes_per_node_s", D), ("internal_errors", L), ("censored", S))
+         ("pings_connected", L), ("delivery_connected", D), ("stretch_median", D), ("control_bytes_per_node_s", D),
+         ("internal_errors", L), ("censored", S))
 )
 
 #: One row per A/B experiment and metric: both arms' spread over the paired seeds, the paired
