@@ -29,7 +29,7 @@ from contract.frames import CONTROL_FRAME_TYPE_NAMES
 from pipeline import parallel, schemas, tables
 from pipeline.jobs.compare import GROUPINGS
 from pipeline.jobs.episodes import EPISODE_ACTIONS
-from pipeline.report_mobility import mobility_sections
+from pipeline.report_mobility import mobility_figures, mobility_sections
 from pipeline.report_plots import PLOTS, STRETCH_BIN, Plots, ab_figure, ab_plot_name, plots
 from pipeline.report_text import (
     ALL_CONTROL, CLOCK_TEXT, FRAME_TYPE_WHAT, NO_PATH, RUN_CLOCK, TABLE_TEXT, TRAFFIC, comparison_text,
@@ -364,8 +364,9 @@ def render(inp: ReportInputs, drawn: Plots | None = None) -> dict[str, bytes | s
     files["plots.json"] = json.dumps(data, indent=1, default=str)
     md = ["# snekbed analysis", "", f"{len(inp.runs)} run(s).", "", CLOCK_TEXT, ""]
     body = [f"<h1>snekbed analysis</h1><p>{len(inp.runs)} run(s).</p><p>{html.escape(CLOCK_TEXT)}</p>"]
-    for png, caption in figure_captions(vars(inp)).items():
-        title = FIGURE_TITLES[png]
+    figures = [(png, FIGURE_TITLES[png], caption) for png, caption in figure_captions(vars(inp)).items()]
+    figures += [fig for fig in mobility_figures(inp.mobility_timeline, inp.mobility_runs) if fig[0] in files]
+    for png, title, caption in figures:
         md += [f"![{title}]({png})", "", f"*{title}: {caption}*", ""]
         body.append(f'<figure><img src="{png}" alt="{title}"><figcaption><b>{html.escape(title)}</b>: '
                     f"{html.escape(caption)}</figcaption></figure>")

@@ -1,6 +1,7 @@
 """The report's plots (matplotlib Agg canvas, no pyplot state): convergence time CDF, stretch histogram, delivery over
 time with the faults marked, control overhead by link class and frame type with the ping traffic apart; with A/B
-runs, one figure per experiment. ``plots`` draws them and returns the PNGs and, for ``plots.json``, the data behind
+runs, one figure per experiment; with runs whose nodes move, the two mobility plots (pipeline.report_mobility).
+``plots`` draws them and returns the PNGs and, for ``plots.json``, the data behind
 each.
 
 The faults on the delivery plot are named in a strip between the plot and its title, in as many lanes as it takes
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from pipeline.report_mobility import mobility_plots
 from pipeline.report_text import RUN_CLOCK_AXIS, TRAFFIC, is_control
 
 __all__ = ["PLOTS", "STRETCH_BIN", "Plots", "plots", "ab_plot_name", "ab_figure", "fault_lanes"]
@@ -283,7 +285,8 @@ def ab_figure(experiment: str, e: Mapping, data: dict) -> bytes:
 
 def plots(inp: Mapping[str, list[dict]]) -> Plots:
     """The plots in ``PLOTS``, drawn from the inputs convergence, stretch_hist, timeline, disruptions and
-    overhead (name -> rows: a ``pipeline.report.gather`` of them; or ``vars(report_inputs)``)."""
+    overhead (name -> rows: a ``pipeline.report.gather`` of them; or ``vars(report_inputs)``); and, when the inputs
+    mobility_timeline and mobility_runs have rows, those in ``report_mobility.MOBILITY_PLOTS``."""
     data: dict[str, dict] = {name: {} for name in PLOTS}
     png = {
         "convergence_cdf.png": _convergence_cdf(inp["convergence"], data["convergence_cdf.png"]),
@@ -292,4 +295,7 @@ def plots(inp: Mapping[str, list[dict]]) -> Plots:
                                                       data["delivery_over_time.png"]),
         "overhead_by_class.png": _overhead_by_class(inp["overhead"], data["overhead_by_class.png"]),
     }
+    moving_png, moving_data = mobility_plots(inp.get("mobility_timeline", []), inp.get("mobility_runs", []))
+    png.update(moving_png)
+    data.update(moving_data)
     return Plots(png, data)

@@ -259,9 +259,11 @@ MOBILITY_TIMELINE_SCHEMA = StructType(
 )
 
 #: Per run whose nodes move: how many moved, how fast (their paths between position lines over the time they were
-#: recorded moving), how often radio links changed, and delivery among connected pairs (pipeline.jobs.mobility).
+#: recorded moving), how often radio links changed, delivery among connected pairs, the stretch of the delivered
+#: pings and control overhead per node-second (pipeline.jobs.mobility).
 MOBILITY_RUNS_SCHEMA = StructType(
     _s(("run_id", S), ("nodes", L), ("moved_s", D), ("mean_speed_mps", D), ("link_ups", L), ("link_downs", L),
        ("changes_per_s", D), ("connected_sent", L), ("connected_received", L), ("connected_delivery", D),
-       ("disconnected_sent", L), ("disconnected_received", L), ("bad_lines", L))
+       ("disconnected_sent", L), ("disconnected_received", L), ("bad_lines", L), ("stretch_mean", D),
+       ("stretch_median", D), ("control_frames_per_node_s", D), ("control_bytes_per_node_s", D))
 )

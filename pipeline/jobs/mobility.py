@@ -7,6 +7,12 @@ their pings (PINGS_SCHEMA) and the run bounds (episodes.run_bounds: a run's cloc
 radio links) when it was recorded: pings.jsonl ``shortest_links`` is not null; a ping between nodes in different
 components is **disconnected** (it is expected to be lost, and is counted apart). Only runs with a ``mobility.jsonl``
 appear.
+
+Per run, ``mobility_runs`` also gives the stretch of the delivered connected pings (``delivery.enrich_pings``'s, the
+in-process observer's: path links over shortest-path links) and, given the runs' events, the control frames and
+bytes sent per node-second of reported time (``overhead.control_per_run`` over ``overhead.overhead_by_node``: each
+node's own ``frame_stats`` coverage, no guess about when it started or stopped), so delivery, stretch and overhead
+stand beside the mean speed.
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from pipeline import schemas
 from pipeline.errors import JobInputError
+from pipeline.jobs.delivery import enrich_pings
+from pipeline.jobs.overhead import control_per_run, overhead_by_node
 
 __all__ = ["mobility_runs", "mobility_timeline"]
 
@@ -74,12 +83,33 @@ def mobility_timeline(mobility: DataFrame, pings: DataFrame, bounds: DataFrame, 
     ).orderBy("run_id", "t_bin_s")
 
 
-def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame) -> DataFrame:
-    """mobility rows, pings, bad lines (run_id, bad_lines) -> MOBILITY_RUNS_SCHEMA: per run, the nodes that moved,
-    the time from its first to its last position line (``moved_s``), their mean speed (each node's path between
-    its position lines, summed, over nodes and ``moved_s``), radio link changes (per second of ``moved_s``), and
-    delivery among connected pairs."""
+def _stretch(pings: DataFrame) -> DataFrame:
+    """(run_id, stretch_mean, stretch_median) of the delivered pings with a known shortest path: the stretch of
+    ``delivery.enrich_pings`` (no actions or bounds: only the stretch is read), its mean and exact median."""
+    spark = pings.sparkSession
+    no_actions = spark.createDataFrame([], schemas.ACTIONS_SCHEMA)
+    no_bounds = spark.createDataFrame([], "run_id string, start_s double, end_s double")
+    return enrich_pings(pings, no_actions, no_bounds).groupBy("run_id").agg(
+        F.mean("stretch").alias("stretch_mean"), F.percentile("stretch", 0.5).alias("stretch_median"))
+
+
+def _control(events: DataFrame | None, moving: DataFrame) -> DataFrame:
+    """(run_id, control_frames_per_node_s, control_bytes_per_node_s) of the moving runs (``overhead``'s)."""
+    if events is None:
+        return moving.select("run_id", F.lit(None).cast("double").alias("control_frames_per_node_s"),
+                             F.lit(None).cast("double").alias("control_bytes_per_node_s"))
+    return control_per_run(overhead_by_node(events.join(moving, "run_id")))
+
+
+def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame, events: DataFrame | None = None) -> DataFrame:
+    """mobility rows, pings, bad lines (run_id, bad_lines), events -> MOBILITY_RUNS_SCHEMA: per run, the nodes that
+    moved, the time from its first to its last position line (``moved_s``), their mean speed (each node's path
+    between its position lines, summed, over nodes and ``moved_s``), radio link changes (per second of ``moved_s``),
+    delivery among connected pairs, the stretch of the delivered ones, and control frames and bytes sent per
+    node-second (null without ``events``, or for a run without ``frame_stats``)."""
     _check(mobility, pings)
+    moving = mobility.select("run_id").distinct()
+    pings = pings.join(moving, "run_id")
     pos = mobility.where(F.col("kind") == "position")
     per_node = Window.partitionBy("run_id", "node").orderBy("mono_s", "line_no")
     step = F.sqrt((F.col("x_m") - F.lag("x_m").over(per_node)) ** 2 + (F.col("y_m") - F.lag("y_m").over(per_node)) ** 2)
@@ -90,7 +120,8 @@ def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame) -> Data
         F.sum(((F.col("kind") == "link_up") & (F.col("cause") != "start")).cast("long")).alias("link_ups"),
         F.sum((F.col("kind") == "link_down").cast("long")).alias("link_downs"))
     runs = changes.join(moved, "run_id", "left").join(bad, "run_id", "left")
-    runs = runs.join(_ping_counts(pings, ["run_id"]), "run_id", "left")
+    runs = runs.join(_ping_counts(pings, ["run_id"]), "run_id", "left").join(_stretch(pings), "run_id", "left")
+    runs = runs.join(_control(events, moving), "run_id", "left")
     runs = runs.fillna(0, subset=["nodes", "connected_sent", "connected_received", "disconnected_sent",
                                   "disconnected_received", "bad_lines"])
     per_s = F.when(F.col("moved_s") > 0, F.col("_path_m") / F.col("nodes") / F.col("moved_s"))
@@ -101,4 +132,5 @@ def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame) -> Data
             "double").alias("changes_per_s"),
         "connected_sent", "connected_received", _ratio("connected_received", "connected_sent").alias(
             "connected_delivery"), "disconnected_sent", "disconnected_received", F.col("bad_lines").cast("long"),
+        "stretch_mean", "stretch_median", "control_frames_per_node_s", "control_bytes_per_node_s",
     ).orderBy("run_id")

@@ -5,6 +5,7 @@ nodes move, analyzed end to end, against its own --json document."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,6 +17,7 @@ from orchestrator.chaos.scenario import parse_scenario_yaml
 from orchestrator.model.topology import Topology
 from pipeline import analysis, schemas
 from pipeline.jobs import mobility
+from pipeline.report_mobility import mobility_figures, mobility_plots
 from tests.pipeline.conftest import assert_frames_equal
 
 
@@ -25,10 +27,22 @@ def _mob(kind: str, t: float, **kw: object) -> tuple:
     return (*(row[f.name] for f in MOBILITY_FIELDS), "r/mobility.jsonl", int(t * 10))
 
 
-def _ping(t: float, received: bool, shortest: int | None) -> tuple:
+def _ping(t: float, received: bool, shortest: int | None, hops: int | None = None) -> tuple:
     row = dict.fromkeys(schemas.PINGS_SCHEMA.fieldNames()) | {"run_id": "r", "sent_mono_s": t, "received": received,
-                                                             "shortest_links": shortest}
+                                                             "shortest_links": shortest, "hops": hops}
     return tuple(row[n] for n in schemas.PINGS_SCHEMA.fieldNames())
+
+
+def _stats(node: str, t: float, frame_type: str, frames: int, direction: str = "sent", run: str = "r") -> tuple:
+    row = dict.fromkeys(schemas.EVENTS_SCHEMA.fieldNames()) | {
+        "run_id": run, "event": "frame_stats", "node": node, "mono_s": t, "interval_s": 2.0, "direction": direction,
+        "frame_type": frame_type, "link_class": "bluetooth", "frames": frames, "bytes": 10 * frames}
+    return tuple(row[n] for n in schemas.EVENTS_SCHEMA.fieldNames())
+
+
+def _stretch(pings: list[dict]) -> list[float]:
+    """PROTOCOL.md §8: hops are links + 1; stretch = path links / shortest-path links, on delivered pings."""
+    return [(p["hops"] - 1) / p["shortest_links"] for p in pings if p["received"] and p["shortest_links"]]
 
 
 @pytest.mark.spark
@@ -41,16 +55,26 @@ def test_links_over_time_and_delivery_among_connected_pairs(spark) -> None:
         _mob("link_down", 3.0, **link, cause="out_of_range"), _mob("link_up", 7.0, **link, cause="in_range"),
         _mob("position", 11.0, node="a", x_m=3.0, y_m=14.0),  # and 10 m more: 15 m by 2 nodes over 10 s
     ], schemas.MOBILITY_SCHEMA)
-    pings = spark.createDataFrame([_ping(2.0, True, 1), _ping(3.5, False, None), _ping(4.0, False, 2),
-                                   _ping(8.0, True, 1), _ping(9.0, True, None)], schemas.PINGS_SCHEMA)
+    ping_rows = [_ping(2.0, True, 1, 2), _ping(3.5, False, None), _ping(4.0, False, 2), _ping(8.0, True, 2, 4),
+                 _ping(8.5, True, 1, 3), _ping(9.0, True, None, 3)]
+    pings = spark.createDataFrame(ping_rows, schemas.PINGS_SCHEMA)
     bounds = spark.createDataFrame([("r", 1.0, 11.0)], "run_id string, start_s double, end_s double")
     assert_frames_equal(mobility.mobility_timeline(moves, pings, bounds, 5.0), spark.createDataFrame([
         ("r", 0.0, 0, 1, 1, 2, 1, 0.5, 1, 0),  # 2 links at the start, one down at 3 s: 1 up at the bin's end
-        ("r", 5.0, 1, 0, 2, 1, 1, 1.0, 1, 1),  # a disconnected pair's ping that got through (a path came back)
+        ("r", 5.0, 1, 0, 2, 2, 2, 1.0, 1, 1),  # a disconnected pair's ping that got through (a path came back)
     ], schemas.MOBILITY_TIMELINE_SCHEMA))  # bins with neither a link change nor a ping have no row
     bad = spark.createDataFrame([("r", 2)], "run_id string, bad_lines long")
-    assert_frames_equal(mobility.mobility_runs(moves, pings, bad), spark.createDataFrame(
-        [("r", 2, 10.0, 0.75, 1, 1, 0.2, 3, 2, 2 / 3, 2, 1, 2)], schemas.MOBILITY_RUNS_SCHEMA))
+    # a covers 4 s (two emissions of 2 s), b 2 s: 6 node-seconds; sent control frames 3 + 3 + 1, traffic and
+    # received frames left out; run s's frames (no mobility.jsonl) too
+    events = spark.createDataFrame([
+        _stats("a", 2.0, "keepalive", 3), _stats("a", 2.0, "traffic", 50), _stats("a", 4.0, "keepalive", 3),
+        _stats("b", 4.0, "tree_announcement", 1), _stats("b", 4.0, "keepalive", 7, "received"),
+        _stats("s", 4.0, "keepalive", 9, run="s")], schemas.EVENTS_SCHEMA)
+    stretch = _stretch([dict(zip(schemas.PINGS_SCHEMA.fieldNames(), p)) for p in ping_rows])
+    assert stretch == [1.0, 1.5, 2.0]
+    assert_frames_equal(mobility.mobility_runs(moves, pings, bad, events), spark.createDataFrame(
+        [("r", 2, 10.0, 0.75, 1, 1, 0.2, 4, 3, 3 / 4, 2, 1, 2, statistics.mean(stretch), statistics.median(stretch),
+          7 / 6, 70 / 6)], schemas.MOBILITY_RUNS_SCHEMA))
 
 
 WALK = {"name": "walk", "movement": {"tick_s": 1, "duration_s": 40},
@@ -80,6 +104,9 @@ def test_a_recorded_moving_run_analyzed_end_to_end(spark, tmp_path: Path) -> Non
     pinged = len((run / "pings.jsonl").read_text().splitlines())
     assert got["connected_sent"] + got["disconnected_sent"] == pinged
     assert 0 < got["connected_delivery"] <= 1
+    stretch = _stretch([json.loads(line) for line in (run / "pings.jsonl").read_text().splitlines()])
+    assert len(stretch) > 10 and got["stretch_mean"] == pytest.approx(statistics.mean(stretch))
+    assert got["stretch_median"] == pytest.approx(statistics.median(stretch))
     timeline = rows("mobility_timeline")
     assert sum(r["link_ups"] for r in timeline) == m["link_ups"] and sum(r["link_downs"] for r in timeline) == (
         m["link_downs"])
@@ -89,3 +116,18 @@ def test_a_recorded_moving_run_analyzed_end_to_end(spark, tmp_path: Path) -> Non
     for title in ("## Mobility: radio links and delivery over time", "## Mobility: delivery against speed"):
         assert title in report
     assert f"| {got['run_id']} | 8 | 40 |" in report  # the run's row: its nodes and the time they moved
+    html = (tmp_path / "out" / "report.html").read_text()
+    drawn = json.loads((tmp_path / "out" / "plots.json").read_text())
+    for png in ("mobility_over_time.png", "mobility_against_speed.png"):  # the plots: drawn, shown, with their data
+        assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png})" in report
+        assert f'src="{png}"' in html
+    over_time = drawn["mobility_over_time.png"]
+    assert [t for t, _ in over_time["link_changes"][got["run_id"]]] == [r["t_bin_s"] for r in timeline]
+    assert sum(n for _, n in over_time["link_changes"][got["run_id"]]) == m["link_ups"] + m["link_downs"]
+    against_speed = drawn["mobility_against_speed.png"]
+    assert against_speed["connected_delivery"] == [[got["mean_speed_mps"], got["connected_delivery"], got["run_id"]]]
+    assert against_speed["stretch_mean"] == [[got["mean_speed_mps"], got["stretch_mean"], got["run_id"]]]
+
+
+def test_no_moving_run_no_mobility_plots() -> None:
+    assert mobility_plots([], []) == ({}, {}) and mobility_figures([], []) == []
