@@ -455,7 +455,11 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                             "containers_s": round(result.container_s, 3)}, mono_s=result.t_last_start)
     session = DockerSession.open(run, backend)
     if isinstance(backend, SwarmBackend):  # where the swarm put each node (addresses are the swarm's to choose)
-        run.update_meta(swarm={"placements": backend.placements(run.run_id), "shaping": "userspace",
+        placed = backend.placements(run.run_id)
+        host = {name: p["host"] for name, p in placed.items()}
+        crossing = [ln.index for ln in result.plan.links if host.get(ln.a) != host.get(ln.b)]
+        run.update_meta(swarm={"placements": placed, "planned": dict(backend.planned), "crossing_links": crossing,
+                               "shaping": "userspace",
                                "why": "the kernel backend cannot reach tasks on other hosts"})
     t0 = result.t_last_start
     if result.hosts:

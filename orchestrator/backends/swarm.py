@@ -57,6 +57,7 @@ from orchestrator.backends.docker_plan import (
     link_shape,
     plan_launches,
 )
+from orchestrator.model.placement import PlacementError, plan_hosts
 from orchestrator.model.topology import Topology
 from orchestrator.backends.docker_net import (
     LABEL_NODE,
@@ -108,6 +109,8 @@ class SwarmBackend(DockerBackend):
     """Creates, inspects and removes runs as services of the swarm this engine manages."""
 
     name = "swarm"
+    #: node -> host of the last ``up`` whose topology places its nodes (plan_hosts); {} when the swarm chose
+    planned: dict[str, str] = {}
 
     # ------------------------------------------------------------ checks
 
@@ -130,6 +133,24 @@ class SwarmBackend(DockerBackend):
         if multicast:
             raise SwarmError(f"topology {topology.name}: multicast nodes ({', '.join(multicast)}) need a LAN segment "
                              "with multicast, which overlay networks do not carry (use --backend docker)")
+
+    def workers(self) -> list[str]:
+        """The hostnames of the swarm's nodes that take tasks (ready, availability active), sorted."""
+        return sorted((n.get("Description") or {}).get("Hostname", "") for n in self.api.nodes()
+                      if (n.get("Status") or {}).get("State") == "ready"
+                      and (n.get("Spec") or {}).get("Availability") == "active")  # fmt: skip
+
+    def plan_hosts(self, topology: Topology) -> dict[str, str]:
+        """Node -> host for the nodes the topology places (``host: h2``, ``placement``: orchestrator.model.placement);
+        {} when it places none. Raises SwarmError for a pin to a host the swarm lacks."""
+        if topology.placement is None and not topology.pins:
+            return {}
+        names = [n.name for n in topology.nodes if not n.host]
+        links = [(ln.a, ln.b, ln.link_class) for ln in topology.links]
+        try:
+            return plan_hosts(names, topology.pins, links, topology.placement, self.workers())
+        except PlacementError as exc:
+            raise SwarmError(f"topology {topology.name}: {exc}") from None
 
     # ------------------------------------------------------------ up
 
@@ -154,6 +175,7 @@ class SwarmBackend(DockerBackend):
         events_dir = events_dir.absolute()
         events_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        self.planned = self.plan_hosts(topology)
         with network_lock(self.lock_path):
             plan = self.plan(topology, run_id)
             launches = plan_launches(topology, plan, run_id=run_id, seed=seed, shaping_backend="userspace",
@@ -189,6 +211,8 @@ class SwarmBackend(DockerBackend):
         networks += [dt.NetworkAttachmentConfig(net_ids[ln.net.name], aliases=[link_alias(ln.index, launch.name)])
                      for ln in launch.links]
         constraints = list(topology.node(launch.name).placement)
+        if launch.name in self.planned:  # snekbed's own placement (orchestrator.model.placement)
+            constraints.append(f"node.hostname=={self.planned[launch.name]}")
         task = dt.TaskTemplate(
             spec, restart_policy=dt.RestartPolicy(condition="none"), networks=networks,
             placement=dt.Placement(constraints=constraints or None, preferences=[("spread", "node.id")]),

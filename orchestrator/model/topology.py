@@ -31,6 +31,7 @@ from node.core.variants import VariantSpec
 
 from orchestrator.model.mobility_spec import (MobilitySpec, MovementSpec, RadioSpec, mobility_problems, tag_problem,
                                              untag)
+from orchestrator.model.placement import PlacementSpec, placement_problems
 
 __all__ = [
     "TopologyError",
@@ -135,6 +136,8 @@ class NodeSpec(BaseModel):
                                "host node dials it) [default: no listener; it dials its container peers]")
     placement: list[str] = Field(default_factory=list, description="swarm backend: placement constraints of the "
                                  "node's service, e.g. node.labels.site==a (docs/orchestrator.md); others ignore them")
+    on_host: str | None = Field(None, description="swarm backend: the host it runs on; written `host: h2` "
+                                "(docs/multi-host.md, Placement); others ignore it")
     position: tuple[FiniteFloat, FiniteFloat] | None = Field(None, description="[x, y] in metres (docs/mobility.md)")
     mobility: MobilitySpec | None = Field(None, description="how the node moves: a model and its parameters "
                                           "(docs/mobility.md)")
@@ -145,6 +148,8 @@ class NodeSpec(BaseModel):
         """A bare name in a node list (``- a``) means ``{name: a}``."""
         if isinstance(data, str) or (isinstance(data, int) and not isinstance(data, bool)):
             return {"name": str(data)}
+        if isinstance(data, dict) and isinstance(data.get("host"), str) and "on_host" not in data:
+            data = {k: v for k, v in data.items() if k != "host"} | {"on_host": data["host"]}  # host: h2 pins it
         return data
 
     @field_validator("name")
@@ -250,6 +255,8 @@ class Topology(BaseModel):
     radios: dict[str, RadioSpec] = Field(default_factory=dict, description="radio technologies that link nodes in "
                                          "range (docs/mobility.md)")
     movement: MovementSpec | None = Field(None, description="the tick and duration of the movement, and groups")
+    placement: PlacementSpec | None = Field(None, description="swarm backend: spread the nodes over the hosts, keep "
+                                            "link classes on one host (docs/multi-host.md, Placement)")
     source: str | None = Field(None, exclude=True, description="where it was loaded from (not serialised)")
 
     @field_validator("name")
@@ -297,6 +304,11 @@ class Topology(BaseModel):
     def node_names(self) -> list[str]:
         """Node names in declaration order."""
         return [n.name for n in self.nodes]
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """Node -> the swarm host it is pinned to (``host: h2``)."""
+        return {n.name: n.on_host for n in self.nodes if n.on_host is not None}
 
     def node(self, name: str) -> NodeSpec:
         """The NodeSpec called ``name``; raises ValueError for an unknown name."""
@@ -465,6 +477,8 @@ def _cross_problems(topo: Topology) -> list[tuple[Loc, str]]:
                 problems.append(((("nodes", where, "listen")), f"host node {listener.name!r} needs 'listen' "
                                  f"(HOST:PORT): host node {min(link.a, link.b)!r} dials it (links[{i}])"))
     known_classes = set(default_classes()) | set(topo.classes)
+    problems += placement_problems(topo.node_names, topo.pins, [(ln.a, ln.b, ln.link_class) for ln in topo.links],
+                                   topo.placement, known_classes)
     for name in topo.classes:
         problems += _class_problems(name, topo.classes)
     shape_fields = _shape_fields()
