@@ -4,7 +4,7 @@ Routes, both modes:
 
 =========================  ======================================================================
 ``GET /``                  the page (``page.html``, shipped in the package)
-``GET /api/graph``         nodes (name, key, x, y), links (a, b, class), ``mode``, ``run_id``
+``GET /api/graph``         nodes (name, key, x, y), links (a, b, class), ``mode``, ``run_id``, ``mobility``
 ``GET /api/frame?t=``      the frame at ``t`` (replay) or now (live): docs/view.md "Frames"
 ``GET /api/node/{name}``   one node: state, peers, routing table, counters (``?t=`` in replay)
 ``GET /api/summary``       replay: window, faults, verdict series, pings, change times
@@ -63,8 +63,10 @@ def _time(request: Request, default: float) -> float | JSONResponse:
 def build_app(timeline: Timeline, *, open_at: float | None = None) -> Starlette:
     """Replay of a recorded run; the page opens at ``open_at`` (default: the run's start)."""
     start = timeline.t_start if open_at is None else min(max(open_at, timeline.t_start), timeline.t_end)
-    graph = graph_doc(timeline.graph, mode="replay", run_id=timeline.run_id,
-                      extra={"t_start": timeline.t_start, "t_end": timeline.t_end, "open_at": start})
+    extra: dict[str, Any] = {"t_start": timeline.t_start, "t_end": timeline.t_end, "open_at": start}
+    if timeline.motion is not None:  # nodes that move: drawn at their positions (orchestrator.tools.view.motion)
+        extra["mobility"] = timeline.motion.graph_doc()
+    graph = graph_doc(timeline.graph, mode="replay", run_id=timeline.run_id, extra=extra)
     summary = timeline.summary()
 
     async def page(_: Request) -> Response:
@@ -135,8 +137,11 @@ class LiveHub:
 def build_live_app(hub: LiveHub) -> Starlette:
     """The live view of a running network."""
     source = hub.source
-    graph = graph_doc(source.graph, mode="live", run_id=source.run_id, extra={"backend": source.mode,
-                                                                           "interval_s": hub.interval_s})
+    extra: dict[str, Any] = {"backend": source.mode, "interval_s": hub.interval_s}
+    motion = getattr(source, "motion", None)
+    if motion is not None:
+        extra["mobility"] = motion.graph_doc()
+    graph = graph_doc(source.graph, mode="live", run_id=source.run_id, extra=extra)
 
     async def page(_: Request) -> Response:
         return HTMLResponse(page_html())

@@ -104,11 +104,13 @@ def graph_doc(graph: GraphInfo, *, mode: str, run_id: str, extra: Mapping[str, A
 
 def frame_doc(t: float, graph: GraphInfo, states: Mapping[str, NodeState], *, cut: Iterable[frozenset[str]] = (),
               absent_links: Iterable[frozenset[str]] = (),
-              peered: set[frozenset[str]] | None = None) -> dict[str, Any]:
+              peered: set[frozenset[str]] | None = None,
+              extra_links: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
     """One moment: node states by name, link statuses in topology order, and the verdict.
 
     ``cut``: links cut by the run's faults; ``absent_links``: links not created yet; ``peered``
-    (live runs): the links at least one end reports as a peering.
+    (live runs): the links at least one end reports as a peering; ``extra_links``: links that are not the
+    topology's and are up now (the radio links of nodes that move), part of the live graph between up nodes.
     """
     cut_set, absent_set = set(cut), set(absent_links)
     default = NodeState()
@@ -128,6 +130,7 @@ def frame_doc(t: float, graph: GraphInfo, states: Mapping[str, NodeState], *, cu
             live.add_edge(a, b)
             status = "up" if peered is None or lid in peered else "unpeered"
         link_status.append(status)
+    live.add_edges_from((a, b) for a, b in extra_links if a in up and b in up)
     views: dict[str, NodeView] = {}
     for n in up:
         s = states[n]

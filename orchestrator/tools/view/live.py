@@ -37,6 +37,7 @@ from orchestrator.tools.monitoring import NODE_METRICS_PORT
 from orchestrator.model.runs import RunDir
 from orchestrator.tools.view.faults import ActionsTail, FaultLog
 from orchestrator.tools.view.frames import GraphInfo, NodeState, frame_doc, link_id
+from orchestrator.tools.view.motion import MOBILITY_FILE, Motion
 
 if TYPE_CHECKING:  # the Docker SDK loads with the backend: `snekbed sim --view` needs no docker extra
     from orchestrator.backends.docker import DockerBackend
@@ -123,6 +124,10 @@ class DockerLive:
         self.pings_tail = ActionsTail(run.path / "pings.jsonl")
         self.pings = PingLog()
         self._http = httpx.Client(timeout=2.0, trust_env=False)
+        # nodes that move: the positions and radio links the orchestrator appends to the run's mobility.jsonl
+        topo = run.read_json("topology.json", {}) or {}
+        self.motion = Motion(topo, (run.read_json("meta.json", {}) or {}).get("mobility")) if topo.get("radios") else None
+        self.motion_tail = ActionsTail(run.path / MOBILITY_FILE)
 
     def close(self) -> None:
         self.admin.close()
@@ -139,6 +144,12 @@ class DockerLive:
                 self.pings.add(float(ping["sent_mono_s"]), bool(ping["received"]))
             except (KeyError, TypeError, ValueError):
                 continue
+        if self.motion is not None:
+            for rec in self.motion_tail.read():
+                try:
+                    self.motion.feed(rec)
+                except (KeyError, TypeError, ValueError):
+                    continue
         t = time.monotonic()
         containers = self.backend.containers(self.run_id)
         status = {n: CONTAINER_STATUS.get(str((containers.get(n) or {}).get("State")), "absent")
@@ -149,10 +160,13 @@ class DockerLive:
         for n, doc in docs.items():
             if doc is not None:
                 states[n] = NodeState.from_state(doc, "up")
-        frame = frame_doc(t, self.graph, states, cut=self.log.cut, peered=_peered(self.graph, docs))
+        frame = frame_doc(t, self.graph, states, cut=self.log.cut, peered=_peered(self.graph, docs),
+                          extra_links=self.motion.edges_at(t) if self.motion is not None else ())
         frame["unreachable"] = sorted(n for n in running if docs.get(n) is None)
         frame["faults"] = [f.to_dict() for f in self.log.faults]
         frame.update(self.pings.doc())
+        if self.motion is not None:
+            frame["motion"] = self.motion.frame(t)
         return frame
 
     async def frame(self) -> dict[str, Any]:
@@ -205,6 +219,8 @@ class InprocLive:
         # a backend that pauses or adds nodes later says so; by default a node is up or dead
         self.status_of = status_of or (lambda _name, sn: "up" if sn.alive else "dead")
         self.pings = PingLog()
+        # nodes that move: a Motion the run feeds (its mobility records) is drawn; the run wires it (not yet done)
+        self.motion: Motion | None = None
         inner = net.on_event  # the run's own observer keeps every event it had
 
         def tee(node: SimNode, kind: str, fields: dict[str, Any], now: float) -> None:
@@ -243,9 +259,12 @@ class InprocLive:
 
     async def frame(self) -> dict[str, Any]:
         states, docs = self._states()
-        frame = frame_doc(self.net.now, self.graph, states, cut=self.log.cut, peered=_peered(self.graph, docs))
+        frame = frame_doc(self.net.now, self.graph, states, cut=self.log.cut, peered=_peered(self.graph, docs),
+                          extra_links=self.motion.edges_at(self.net.now) if self.motion is not None else ())
         frame["faults"] = [f.to_dict() for f in self.log.faults]
         frame.update(self.pings.doc())
+        if self.motion is not None:
+            frame["motion"] = self.motion.frame(self.net.now)
         return frame
 
     def pings_since(self, n: int) -> list[list[Any]]:

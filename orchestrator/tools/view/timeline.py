@@ -36,6 +36,7 @@ from contract.dataset import validate_event
 
 from orchestrator.tools.view.faults import NODE_DOWN, Fault, FaultLog, pair
 from orchestrator.tools.view.frames import GraphInfo, NodeState, frame_doc, link_id
+from orchestrator.tools.view.motion import Motion, read_motion
 from orchestrator.tools.view.recorder import Dump, read_dumps
 
 __all__ = ["Timeline", "TimelineError", "Fault", "ROUTE_WINDOW_S"]  # Fault: re-exported from .faults
@@ -99,6 +100,11 @@ class Timeline:
         self._topo_times: list[float] = []
         self._topo_states: list[tuple[frozenset[frozenset[str]], frozenset[frozenset[str]]]] = []
         self._load()
+        # nodes that move (mobility.jsonl): positions and radio links over time; None for a run without
+        self.motion: Motion | None = read_motion(path, topo, self.meta, self.run_id, self._skip)
+        span = self.motion.span() if self.motion is not None else None
+        if span is not None:
+            self.t_end = max(self.t_end, span[1])
         self.dumps: list[Dump] = read_dumps(path, self._skip)
         self._series = self._compute_series()
 
@@ -262,7 +268,11 @@ class Timeline:
         """The frame at ``t`` (orchestrator.tools.view.frames.frame_doc)."""
         cut, absent = self.topology_at(t)
         states = {n: self.state_at(n, t) for n in self.graph.nodes}
-        return frame_doc(t, self.graph, states, cut=cut, absent_links=absent)
+        if self.motion is None:
+            return frame_doc(t, self.graph, states, cut=cut, absent_links=absent)
+        frame = frame_doc(t, self.graph, states, cut=cut, absent_links=absent, extra_links=self.motion.edges_at(t))
+        frame["motion"] = self.motion.frame(t)
+        return frame
 
     def roots_at(self, t: float) -> list[str]:
         return self.at(t)["roots"]
@@ -272,24 +282,34 @@ class Timeline:
         times = {t for fs in self._fields.values() for f in ("status", "root", "parent", "descending")
                  for t in fs[f].times}
         times.update(t for t in self._topo_times if t != float("-inf"))
+        if self.motion is not None:
+            times.update(self.motion.changes)
         return sorted(times)
 
     def series(self) -> list[dict[str, Any]]:
         """The verdict over the run: a point whenever tree, snake, components or live nodes changed."""
         return self._series
 
-    def _compute_series(self) -> list[dict[str, Any]]:
-        keys = {n: self.graph.keys.get(n) or "" for n in self.graph.nodes}
+    def _series_changes(self) -> list[tuple[float, int, str, str, Any]]:
+        """Every change the verdict depends on, in time order: node fields first, then the live topology's."""
         changes: list[tuple[float, int, str, str, Any]] = []
         for n, fs in self._fields.items():
             for f in ("status", "root", "descending"):
                 changes.extend((t, 0, n, f, v) for t, v in zip(fs[f].times, fs[f].values))
         changes.extend((t, 1, "", "topology", i) for i, t in enumerate(self._topo_times) if i)
+        if self.motion is not None:  # a radio link up or down changes the live graph as a topology change does
+            changes.extend((t, 1, "", "radio", None) for t in self.motion.changes)
         changes.sort(key=lambda c: (c[0], c[1]))
+        return changes
+
+    def _compute_series(self) -> list[dict[str, Any]]:
+        keys = {n: self.graph.keys.get(n) or "" for n in self.graph.nodes}
+        changes = self._series_changes()
         status = {n: "absent" for n in keys}
         root: dict[str, str | None] = {n: None for n in keys}
         desc: dict[str, str | None] = {n: None for n in keys}
         topo_index = 0
+        radio_t = float("-inf")
         want_root: dict[str, str] = {}
         want_desc: dict[str, str | None] = {}
         comps = 0
@@ -305,6 +325,8 @@ class Timeline:
             g.add_nodes_from(up)
             g.add_edges_from((a, b) for a, b, _ in self.graph.links if status[a] == "up" and status[b] == "up"
                              and link_id(a, b) not in cut and link_id(a, b) not in absent)
+            if self.motion is not None:
+                g.add_edges_from((a, b) for a, b in self.motion.edges_at(radio_t) if a in g and b in g)
             want_root.clear()
             want_desc.clear()
             comps = 0
@@ -336,6 +358,9 @@ class Timeline:
                 i += 1
                 if f == "topology":
                     topo_index = v
+                    dirty = True
+                elif f == "radio":
+                    radio_t = t
                     dirty = True
                 elif f == "status":
                     dirty = dirty or (status[n] == "up") != (v == "up")

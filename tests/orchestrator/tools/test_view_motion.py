@@ -1,0 +1,161 @@
+"""Replay of nodes that move, without a browser (orchestrator/tools/view/motion.py): positions interpolated between
+the samples of ``mobility.jsonl`` (standing still through the ticks it has no line for), radio links up and down at
+their instants, the live graph with the radio links (the replay's convergence agrees with the simulator's own
+observer on a mobile run), and a run without ``mobility.jsonl`` replayed exactly as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.model.topology_loaders import load_topology
+from orchestrator.sessions.sim import config_from_topology, run_sim_sync
+from orchestrator.tools.view.app import build_app
+from orchestrator.tools.view.motion import Motion
+from orchestrator.tools.view.timeline import Timeline
+from tests.orchestrator.tools.test_view_timeline import _synthetic
+
+TOPO = {"name": "t", "nodes": [{"name": "a", "mobility": {"model": "random_waypoint", "area_m": [100, 50]}},
+                               {"name": "b", "position": [10, 10]}, {"name": "c"}],
+        "radios": {"bluetooth": {"range_m": 10}, "lan": {"range_m": 40, "class": "lan", "nodes": ["a"]}}}
+
+
+def _rec(t: float, kind: str, **fields: Any) -> dict[str, Any]:
+    base = {"run_id": "syn1", "mono_s": t, "wall_ts": 1.7e9 + t, "kind": kind, "node": None, "x_m": None, "y_m": None,
+            "a": None, "b": None, "radio": None, "link_class": None, "distance_m": None, "cause": None, "made": None}
+    return {**base, **fields}
+
+
+def _pos(t: float, node: str, x: float, y: float) -> dict[str, Any]:
+    return _rec(t, "position", node=node, x_m=x, y_m=y)
+
+
+def _link(t: float, up: bool, a: str, b: str, radio: str, made: bool = True) -> dict[str, Any]:
+    return _rec(t, "link_up" if up else "link_down", a=a, b=b, radio=radio, link_class=radio, distance_m=5.0,
+                cause="in_range" if up else "out_of_range", made=made)
+
+
+RECORDS = [_pos(0.0, "a", 0.0, 0.0), _pos(0.0, "b", 10.0, 10.0), _link(0.0, True, "a", "b", "lan", made=False),
+           _pos(1.0, "a", 10.0, 0.0), _link(2.0, True, "a", "b", "bluetooth"),
+           # no line for a at 2, 3, 4: it stood at (10, 0) and moved only in the tick before 5
+           _pos(5.0, "a", 20.0, 0.0), _link(6.0, False, "a", "b", "bluetooth")]
+
+
+def _motion() -> Motion:
+    m = Motion(TOPO, {"tick_s": 1.0, "radios": {"bluetooth": {"range_m": 10.0, "class": "bluetooth"}}})
+    for r in RECORDS:
+        m.feed(r)
+    return m
+
+
+def test_positions_are_interpolated_between_samples_and_still_through_ticks_without_a_line() -> None:
+    m = _motion()
+    assert m.position("a", -1.0) == (0.0, 0.0)  # before its first sample: there
+    assert m.position("a", 0.5) == pytest.approx((5.0, 0.0))
+    assert m.position("a", 1.0) == (10.0, 0.0)
+    assert m.position("a", 3.0) == (10.0, 0.0) and m.position("a", 4.0) == (10.0, 0.0)  # stood still
+    assert m.position("a", 4.5) == pytest.approx((15.0, 0.0))
+    assert m.position("a", 9.0) == (20.0, 0.0)  # after its last sample: stays
+    assert m.position("b", 7.0) == (10.0, 10.0) and m.position("c", 1.0) is None
+    assert m.frame(4.5)["positions"] == {"a": [15.0, 0.0], "b": [10.0, 10.0]}
+
+
+def test_radio_links_are_up_from_their_up_instant_and_gone_from_their_down_instant() -> None:
+    m = _motion()
+    assert m.links_at(1.999) == [["a", "b", "lan", False]]
+    assert m.links_at(2.0) == [["a", "b", "bluetooth", True], ["a", "b", "lan", False]]
+    assert m.links_at(5.999) == [["a", "b", "bluetooth", True], ["a", "b", "lan", False]]
+    assert m.links_at(6.0) == [["a", "b", "lan", False]]
+    # only a made peering joins the live graph
+    assert m.edges_at(1.0) == [] and m.edges_at(3.0) == [("a", "b")] and m.edges_at(6.0) == []
+    assert m.changes == [0.0, 2.0, 6.0]
+
+
+def test_the_graph_document_has_the_bounds_and_each_radio_with_its_carriers() -> None:
+    doc = _motion().graph_doc()
+    assert doc["bounds"] == [0.0, 0.0, 100.0, 50.0]  # the area, with every position inside it
+    assert doc["placed"] == ["a", "b"] and doc["tick_s"] == 1.0
+    assert doc["radios"] == [{"name": "bluetooth", "range_m": 10.0, "class": "bluetooth", "carriers": ["a", "b"]},
+                             {"name": "lan", "range_m": 40.0, "class": "lan", "carriers": ["a"]}]
+
+
+def _with_motion(tmp_path: Path) -> tuple[Path, Path]:
+    plain = _synthetic(tmp_path)
+    moving = tmp_path / "moving"
+    shutil.copytree(plain, moving)
+    lines = [_pos(0.0, "a", 0.0, 0.0), _pos(0.0, "e", 5.0, 0.0), _pos(3.0, "a", 3.0, 0.0),
+             _link(0.0, True, "a", "e", "bluetooth"), _link(3.0, False, "a", "e", "bluetooth")]
+    lines.sort(key=lambda r: r["mono_s"])
+    (moving / "mobility.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + "not json\n")
+    topo = json.loads((moving / "topology.json").read_text())
+    topo["radios"] = {"bluetooth": {"range_m": 10}}
+    topo["nodes"][0]["position"] = [0, 0]
+    topo["nodes"][4]["position"] = [5, 0]
+    (moving / "topology.json").write_text(json.dumps(topo))
+    return plain, moving
+
+
+async def _graph(tl: Timeline) -> dict[str, Any]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(tl)), base_url="http://view") as http:
+        return (await http.get("/api/graph")).json()
+
+
+async def test_a_run_without_mobility_is_replayed_as_before_and_one_with_it_adds_motion(tmp_path: Path) -> None:
+    plain, moving = _with_motion(tmp_path)
+    before, after = Timeline.from_run(plain), Timeline.from_run(moving)
+    assert before.motion is None and after.motion is not None
+    assert "mobility" not in await _graph(before) and "motion" not in before.at(1.0)
+    assert (await _graph(after))["mobility"]["bounds"] == [0.0, 0.0, 5.0, 0.0]
+    # a bad line is skipped and named, as a bad event line is
+    assert after.skipped_count == 1 and after.skipped[0] == f"{moving / 'mobility.jsonl'}:6: not_json: not valid JSON"
+    for t in (0.5, 2.0, 16.0, 25.0):
+        f = after.at(t)
+        motion = f.pop("motion")
+        assert f == before.at(t)  # e is absent until 15 and the radio link is gone by then: nothing else differs
+        assert motion["positions"]["a"] == ([0.0, 0.0] if t <= 2 else [3.0, 0.0])  # moved in the tick before 3
+        assert motion["radio_links"] == ([["a", "e", "bluetooth", True]] if t < 3 else [])
+    assert after.change_times() == sorted({*before.change_times(), 0.0, 3.0})
+
+
+WALKERS = """\
+name: walkers
+movement: {tick_s: 1, duration_s: 10}
+radios:
+  bluetooth: {range_m: 30}
+  lan: {range_m: 60, class: lan}
+nodes:
+"""
+
+
+def test_a_recorded_mobile_run_replays_with_the_radio_links_in_its_graph(tmp_path: Path) -> None:
+    """Without the radio links, five walkers and a post are six components; with them the replay is converged
+    where the simulator's own observer saw it converge, and draws each sample and link change at its instant."""
+    topo = tmp_path / "walkers.yaml"
+    topo.write_text(WALKERS + "".join(f"  - {{name: n{i:02d}, mobility: {{model: random_waypoint, area_m: [100, 100], "
+                                      f"speed_mps: [5, 10]}}}}\n" for i in range(5)) + "  - {name: post, position: [50, 50]}\n")
+    run = tmp_path / "run"
+    out = run_sim_sync(config_from_topology(load_topology(topo), seed=1, pairs=5, record=run))
+    tl = Timeline.from_run(run)
+    assert tl.skipped_count == 0 and tl.motion is not None
+    series = tl.series()
+    # where the simulator's observer saw the tree and the snake converge, so does the replay (both judge the graph
+    # with its radio links; the fixed links alone leave six components, none of them converged); the report's times
+    # are rounded to 0.1 ms
+    tree_s, snake_s = tl.t_start + out["tree_converged_s"], tl.t_start + out["snake_converged_s"]
+    assert not tl.at(tree_s - 1e-3)["tree"] and tl.at(tree_s + 1e-3)["tree"]
+    assert not tl.at(snake_s - 1e-3)["snake"] and tl.at(snake_s + 1e-3)["snake"]
+    assert all(p["components"] == 1 for p in series if p["live"] == 6)
+    records = [json.loads(x) for x in (run / "mobility.jsonl").read_text().splitlines()]
+    for r in records[:40]:  # at a sample's instant, the node is exactly where the file says
+        if r["kind"] == "position":
+            assert tl.at(r["mono_s"])["motion"]["positions"][r["node"]] == [round(r["x_m"], 3), round(r["y_m"], 3)]
+    ups = [r for r in records if r["kind"] == "link_up" and r["mono_s"] > 0]
+    assert ups
+    r = ups[0]
+    assert [r["a"], r["b"], r["radio"], r["made"]] in tl.at(r["mono_s"])["motion"]["radio_links"]
+    assert [r["a"], r["b"], r["radio"], r["made"]] not in tl.at(r["mono_s"] - 1e-6)["motion"]["radio_links"]
