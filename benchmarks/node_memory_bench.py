@@ -3,9 +3,9 @@
 Two tables:
 
 1. **Imports**: a fresh interpreter's peak RSS after importing each layer a node loads (bare Python, trio, the
-   compiled core, PyNaCl, prometheus_client, pydantic and the link classes, the node's HTTP server, the admin
-   API, the whole node), each in its own process, side by side with the ASGI stack the node served with before
-   (starlette on hypercorn), so the cost of each layer is a difference measured in one run.
+   compiled core, PyNaCl, prometheus_client, the link classes, the node's HTTP server, the admin API, the whole
+   node), each in its own process, side by side with what a node loaded before (pydantic; starlette on
+   hypercorn), so the cost of each layer is a difference measured in one run.
 2. **Nodes**: ``--nodes N`` real ``snekbed node`` processes on 127.0.0.1 in a line (each peers with the next),
    their RSS (anonymous and file-backed) and PSS right after start, once converged, and after ``--minutes`` of
    keepalives and bootstraps with no traffic: the growth column says whether anything accumulates.
@@ -14,7 +14,8 @@ Two tables:
     .venv/bin/python benchmarks/node_memory_bench.py --minutes 1 --json
 
 The issue's target is a container's ``docker stats`` figure (cgroup usage less inactive page cache), which sits
-between a process's anonymous RSS and its full RSS; both are printed.
+between a process's anonymous RSS and its full RSS; both are printed. ``benchmarks/node_container_memory.py``
+measures that figure itself on real containers.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ LAYERS: list[tuple[str, str]] = [
     ("trio", "import trio"),
     ("trio + compiled core (node.core.router)", "import trio, node.core.router"),
     ("+ prometheus_client", "import trio, node.core.router, prometheus_client"),
-    ("+ pydantic + link classes (contract.links)", "import trio, node.core.router, prometheus_client, contract.links"),
+    ("+ link classes (contract.links, no pydantic)", "import trio, node.core.router, prometheus_client, contract.links"),
+    ("  (and pydantic, as a node loaded it before)", "import trio, node.core.router, prometheus_client, contract.links, "
+                                                    "pydantic"),
     ("+ node HTTP server (node.httplite)", "import trio, node.core.router, prometheus_client, contract.links, "
                                            "node.httplite"),
     ("  (before: starlette on hypercorn instead)", "import trio, node.core.router, prometheus_client, "

@@ -11,6 +11,11 @@ The default table ships as ``contract/classes.yaml`` (package data). Topologies 
 override fields of a default class or add classes of their own through
 :func:`resolve_class` / :func:`merge_classes`.
 
+The models are frozen dataclasses checked by hand (:mod:`contract.checks`), not pydantic
+models: every node imports this module, and pydantic is 8-9 MiB of a node's memory.
+Their errors carry pydantic's wording and, from the constructors, are pydantic's
+``ValidationError`` (built only when a check fails).
+
 The link type names and numbers (``LINK_TYPE_NUMBERS``, ``LINK_TYPE_NAMES``) are
 defined here once; ``node.core.types.LinkType`` is the core's ``IntEnum`` of the same
 numbers, and a test checks that the two agree.
@@ -18,13 +23,15 @@ numbers, and a test checks that the two agree.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from contract.checks import Checker, Invalid, Problem, as_float, as_int, as_str, bounded, literal
 
 __all__ = [
     "DEFAULT_QUEUE_PKTS",
@@ -84,36 +91,146 @@ class InvalidLinkClass(LinkClassError, ValueError):
         super().__init__(f"invalid link class {name!r} in {where}: {reason}")
 
 
-class LinkShape(BaseModel):
+def _finite(lo_key: str, lo: float, hi: float) -> Callable[[Any], float]:
+    def check(value: Any) -> float:
+        return bounded(as_float(value, finite=True), value, le=hi, **{lo_key: lo})  # type: ignore[no-any-return]
+    return check
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _queue(value: Any) -> int:
+    return bounded(as_int(value), value, ge=1, le=1_000_000)  # type: ignore[no-any-return]
+
+
+#: LinkShape's fields: name -> (default, check, description). The one place their ranges are written.
+_SHAPE_FIELDS: dict[str, tuple[Any, Callable[[Any], Any], str]] = {
+    "delay_ms": (0.0, _finite("ge", 0, _MAX_DELAY_MS), "mean one-way delay"),
+    "jitter_ms": (0.0, _finite("ge", 0, _MAX_DELAY_MS), "uniform +/- spread around delay_ms"),
+    "loss_pct": (0.0, _finite("ge", 0, 100), "independent random loss, per packet/frame"),
+    "rate_mbit": (None, _optional(_finite("gt", 0, _MAX_RATE_MBIT)), "bottleneck rate; None = unlimited"),
+    "duplicate_pct": (0.0, _finite("ge", 0, 100), ""),
+    "corrupt_pct": (0.0, _finite("ge", 0, 100), ""),
+    "reorder_pct": (0.0, _finite("ge", 0, 100), "share sent without the delay (netem semantics)"),
+    "queue_limit_pkts": (None, _optional(_queue), "bottleneck queue bound (tail drop)"),
+}
+
+
+def _shape_rules(v: Mapping[str, Any]) -> str | None:
+    """The rules across fields (checked once every field is valid): the first one broken, or None."""
+    if v["jitter_ms"] > v["delay_ms"]:
+        return (f"jitter_ms ({v['jitter_ms']:g}) exceeds delay_ms ({v['delay_ms']:g}): delays would be "
+                "clipped at 0 and the mean would drift above delay_ms")
+    if v["reorder_pct"] and not v["delay_ms"]:
+        return "reorder_pct needs delay_ms > 0: reordered frames are the ones sent without the delay"
+    if v["queue_limit_pkts"] is not None and v["rate_mbit"] is None:
+        return "queue_limit_pkts needs rate_mbit: without a rate limit no queue builds up to bound"
+    return None
+
+
+class _Model:
+    """Frozen dataclass plumbing shared by the link models: keyword construction checked by hand, and the
+    parts of pydantic's model API the orchestrator and netem use (``model_validate``, ``model_dump``,
+    ``model_copy``, ``model_fields``). A bad value raises ``pydantic.ValidationError`` from the constructor
+    (pydantic is loaded then, on the error only); :meth:`parse` raises :class:`contract.checks.Invalid`
+    and never loads it."""
+
+    model_fields: ClassVar[dict[str, Any]]
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            values = self._check(data)
+        except Invalid as exc:
+            raise exc.as_pydantic() from None
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    @classmethod
+    def _check(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> Self:
+        """``data`` checked into an instance. Raises :class:`contract.checks.Invalid` (no pydantic)."""
+        values = cls._check(data)
+        obj = object.__new__(cls)
+        for key, value in values.items():
+            object.__setattr__(obj, key, value)
+        return obj
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Self:
+        """An instance from a mapping (or the instance itself). Raises ``pydantic.ValidationError``."""
+        if isinstance(data, cls):
+            return data
+        try:
+            return cls.parse(_nested_mapping(cls, data))
+        except (Invalid, Problem) as exc:
+            raise _as_invalid(cls, exc).as_pydantic() from None
+
+    def model_dump(self, *, exclude_defaults: bool = False, exclude_none: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, default in self._defaults().items():
+            value = getattr(self, name)
+            if (exclude_defaults and value == default) or (exclude_none and value is None):
+                continue
+            out[name] = (value.model_dump(exclude_defaults=exclude_defaults, exclude_none=exclude_none)
+                         if isinstance(value, _Model) else value)
+        return out
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
+        return type(self)(**{**self.model_dump(), **(update or {})})
+
+    @classmethod
+    def _defaults(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+
+
+def _nested_mapping(cls: type, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise Problem("model_type", value, class_name=cls.__name__)
+    return value
+
+
+def _as_invalid(cls: type, exc: Invalid | Problem) -> Invalid:
+    return exc if isinstance(exc, Invalid) else Invalid.of(cls.__name__, exc)
+
+
+def _nested(cls: type[_Model]) -> Callable[[Any], Any]:
+    """A field holding a model: an instance of it, or a mapping checked into one."""
+    def check(value: Any) -> Any:
+        return value if isinstance(value, cls) else cls.parse(_nested_mapping(cls, value))
+    return check
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class LinkShape(_Model):
     """Impairments for one direction of a link. All-default means "no shaping".
 
     Raises ``pydantic.ValidationError`` (a ``ValueError``) on out-of-range or
-    inconsistent values; the message names the field.
+    inconsistent values; the message names the field. ``LinkShape.parse`` checks the
+    same without pydantic (raises :class:`contract.checks.Invalid`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+    rate_mbit: float | None = None
+    duplicate_pct: float = 0.0
+    corrupt_pct: float = 0.0
+    reorder_pct: float = 0.0
+    queue_limit_pkts: int | None = None
 
-    delay_ms: float = Field(0.0, ge=0, le=_MAX_DELAY_MS, description="mean one-way delay")
-    jitter_ms: float = Field(0.0, ge=0, le=_MAX_DELAY_MS, description="uniform +/- spread around delay_ms")
-    loss_pct: float = Field(0.0, ge=0, le=100, description="independent random loss, per packet/frame")
-    rate_mbit: float | None = Field(None, gt=0, le=_MAX_RATE_MBIT, description="bottleneck rate; None = unlimited")
-    duplicate_pct: float = Field(0.0, ge=0, le=100)
-    corrupt_pct: float = Field(0.0, ge=0, le=100)
-    reorder_pct: float = Field(0.0, ge=0, le=100, description="share sent without the delay (netem semantics)")
-    queue_limit_pkts: int | None = Field(None, ge=1, le=1_000_000, description="bottleneck queue bound (tail drop)")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> LinkShape:
-        if self.jitter_ms > self.delay_ms:
-            raise ValueError(
-                f"jitter_ms ({self.jitter_ms:g}) exceeds delay_ms ({self.delay_ms:g}): delays would be "
-                "clipped at 0 and the mean would drift above delay_ms"
-            )
-        if self.reorder_pct and not self.delay_ms:
-            raise ValueError("reorder_pct needs delay_ms > 0: reordered frames are the ones sent without the delay")
-        if self.queue_limit_pkts is not None and self.rate_mbit is None:
-            raise ValueError("queue_limit_pkts needs rate_mbit: without a rate limit no queue builds up to bound")
-        return self
+    @classmethod
+    def _check(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        checker = Checker("LinkShape", data, _SHAPE_FIELDS)
+        values = {name: checker.field(name, check, default) for name, (default, check, _) in _SHAPE_FIELDS.items()}
+        if not checker.errors:
+            checker.rule(_shape_rules(values))
+        checker.done()
+        return values
 
     @property
     def is_noop(self) -> bool:
@@ -128,10 +245,12 @@ class LinkShape(BaseModel):
         return self.queue_limit_pkts if self.queue_limit_pkts is not None else DEFAULT_QUEUE_PKTS
 
 
-class ShapeRationale(BaseModel):
-    """One line per :class:`LinkShape` field saying where its number comes from."""
+LinkShape.model_fields = {name: description for name, (_, _, description) in _SHAPE_FIELDS.items()}
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+@dataclasses.dataclass(frozen=True, init=False)
+class ShapeRationale(_Model):
+    """One line per :class:`LinkShape` field saying where its number comes from."""
 
     delay_ms: str | None = None
     jitter_ms: str | None = None
@@ -142,20 +261,52 @@ class ShapeRationale(BaseModel):
     reorder_pct: str | None = None
     queue_limit_pkts: str | None = None
 
+    @classmethod
+    def _check(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        checker = Checker("ShapeRationale", data, _SHAPE_FIELDS)
+        values = {name: checker.field(name, _optional(as_str), None) for name in _SHAPE_FIELDS}
+        checker.done()
+        return values
 
-class LinkClass(BaseModel):
+
+ShapeRationale.model_fields = {name: "" for name in _SHAPE_FIELDS}
+
+_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class LinkClass(_Model):
     """A named kind of link: shape, the peer link type nodes see, and why the numbers are what they are."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
-    link_type: LinkType
+    name: str = ""
+    link_type: LinkType = "pipe"
     shape: LinkShape = LinkShape()
-    source: str = Field(min_length=1, max_length=300, pattern=r"^[^\n]+$", description="one-line source or rationale")
+    source: str = ""
     rationale: ShapeRationale = ShapeRationale()
+
+    @classmethod
+    def _check(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        checker = Checker("LinkClass", data, cls.model_fields)
+        values = {
+            "name": checker.field("name", lambda v: as_str(v, pattern=_NAME_PATTERN)),
+            "link_type": checker.field("link_type", lambda v: literal(v, tuple(LINK_TYPE_NUMBERS))),
+            "shape": checker.field("shape", _nested(LinkShape), LinkShape()),
+            "source": checker.field("source", lambda v: as_str(v, min_length=1, max_length=300, pattern=r"^[^\n]+$")),
+            "rationale": checker.field("rationale", _nested(ShapeRationale), ShapeRationale()),
+        }
+        checker.done()
+        return values
 
     @property
     def link_type_number(self) -> int:
+        return LINK_TYPE_NUMBERS[self.link_type]
+
+
+LinkClass.model_fields = {"name": "", "link_type": "", "shape": "", "source": "one-line source or rationale",
+                          "rationale": ""}
+
+
+def link_type_number(self) -> int:
         return LINK_TYPE_NUMBERS[self.link_type]
 
 
@@ -176,12 +327,13 @@ def _validate_class(name: str, data: Mapping[str, Any], where: str) -> LinkClass
     if body.setdefault("name", name) != name:
         raise InvalidLinkClass(name, where, f"entry says name={body['name']!r} but is listed under {name!r}")
     try:
-        return LinkClass.model_validate(body)
-    except ValidationError as exc:
+        return LinkClass.parse(body)
+    except Invalid as exc:
         reasons = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<class>'}: {err['msg']}" for err in exc.errors()
         )
-        raise InvalidLinkClass(name, where, reasons) from exc
+        # the cause is pydantic's error (the orchestrator reads its errors()); it is built on an error only
+        raise InvalidLinkClass(name, where, reasons) from exc.as_pydantic()
 
 
 def load_classes(text: str, *, where: str = "<string>") -> dict[str, LinkClass]:

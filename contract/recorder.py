@@ -13,7 +13,7 @@ frame fields, a frame no event fields); check a line with
 
 from __future__ import annotations
 
-from contract.dataset import Field
+from contract.lines import Field
 
 __all__ = ["PING_KINDS", "RECORDER_FIELDS", "RECORDER_SCHEMA_VERSION", "RECORD_KINDS"]
 

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from contract.checks import Checker, Invalid, Problem, as_dict, as_float, as_int, as_str, bounded, literal
 
 from node.config import ConfigError, HostPort
 from node.flight import Record, read_out, to_jsonl, to_pcapng
@@ -53,69 +55,140 @@ log = logging.getLogger("snekbed.node.admin")
 _HEX_KEY_LEN = 2 * KEY_LEN  # a public key in hex
 
 
-def _hex_key(value: str) -> str:
+def _hex_key(value: Any) -> str:
+    value = as_str(value)
     if len(value) != _HEX_KEY_LEN or any(c not in "0123456789abcdefABCDEF" for c in value):
-        raise ValueError(f"must be {_HEX_KEY_LEN} hex digits (an ed25519 public key)")
+        raise Problem("value_error", value, error=f"must be {_HEX_KEY_LEN} hex digits (an ed25519 public key)")
     return value.lower()
 
 
-class PingRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _num(*, gt: float | None = None, ge: float | None = None, le: float) -> Callable[[Any], float]:
+    return lambda v: bounded(as_float(v), v, gt=gt, ge=ge, le=le)  # type: ignore[no-any-return]
+
+
+def _int(*, ge: int, le: int) -> Callable[[Any], int]:
+    return lambda v: bounded(as_int(v), v, ge=ge, le=le)  # type: ignore[no-any-return]
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda v: None if v is None else check(v)
+
+
+def _floats(*, nullable: bool) -> Callable[[Any], dict[str, float | None]]:
+    """A ``{name: number}`` object (``null`` allowed as a value when ``nullable``); an error names the key."""
+    def check(value: Any) -> dict[str, float | None]:
+        raw = as_dict(value)
+        checker = Checker("", raw, raw)
+        out = {k: checker.field(k, _optional(as_float) if nullable else as_float) for k in raw}
+        checker.done()
+        return out
+    return check
+
+
+class _Body(Protocol):
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> Self: ...
+
+
+_B = TypeVar("_B", bound=_Body)
+
+
+# The bodies are checked by hand (contract.checks), with pydantic's wording, not by pydantic models: pydantic
+# is 8-9 MiB of a node's memory (docs/performance.md, "A node's memory"). tests/node/test_admin_bodies.py pins
+# every message.
+
+
+@dataclass(frozen=True)
+class PingRequest:
     key: str
-    mode: Literal["snek", "tree"] = "snek"
-    count: int = Field(1, ge=1, le=1000)
-    timeout_s: float = Field(5.0, gt=0, le=60)
+    mode: str = "snek"
+    count: int = 1
+    timeout_s: float = 5.0
 
-    _key = field_validator("key")(_hex_key)
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> PingRequest:
+        c = Checker("PingRequest", raw, ("key", "mode", "count", "timeout_s"))
+        body = cls(c.field("key", _hex_key), c.field("mode", lambda v: literal(v, ("snek", "tree")), "snek"),
+                   c.field("count", _int(ge=1, le=1000), 1), c.field("timeout_s", _num(gt=0, le=60), 5.0))
+        c.done()
+        return body
 
 
-class PeerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    uri: str = Field(min_length=1, max_length=2000)
-    timeout_s: float = Field(10.0, ge=0, le=120)
+@dataclass(frozen=True)
+class PeerRequest:
+    uri: str
+    timeout_s: float = 10.0
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> PeerRequest:
+        c = Checker("PeerRequest", raw, ("uri", "timeout_s"))
+        body = cls(c.field("uri", lambda v: as_str(v, min_length=1, max_length=2000)),
+                   c.field("timeout_s", _num(ge=0, le=120), 10.0))
+        c.done()
+        return body
 
 
-class AdversaryRequest(BaseModel):
+@dataclass(frozen=True)
+class AdversaryRequest:
     """``{"drop": {KIND: PERCENT}, "peer": KEY}`` (the drop strategy), or ``{"strategy": NAME, PARAM: VALUE, ...}``
     (node.core.attacks; the parameters inline or as ``"params": {...}``)."""
 
-    model_config = ConfigDict(extra="allow")
+    FIELDS: ClassVar[tuple[str, ...]] = ("strategy", "drop", "peer", "params")
     strategy: str | None = None
     drop: dict[str, float] | None = None
     peer: str | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # the other keys: a strategy's parameters inline
 
-    @field_validator("peer")
     @classmethod
-    def _peer(cls, v: str | None) -> str | None:
-        return None if v is None else _hex_key(v)
+    def parse(cls, raw: Mapping[str, Any]) -> AdversaryRequest:
+        c = Checker("AdversaryRequest", raw, cls.FIELDS, extra=True)
+        body = cls(c.field("strategy", _optional(as_str), None), c.field("drop", _optional(_floats(nullable=False)), None),
+                   c.field("peer", _optional(_hex_key), None), c.field("params", as_dict, {}),
+                   {k: raw[k] for k in c.unknown})
+        c.done()
+        return body
 
 
-class ShapeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+@dataclass(frozen=True)
+class ShapeRequest:
     peer: str
-    link_class: str | None = Field(None, alias="class")
-    shaping: dict[str, float | None] = Field(default_factory=dict)  # null: the field cleared (no delay, no rate)
+    link_class: str | None = None  # "class" in the body ("link_class" is taken too)
+    shaping: dict[str, float | None] = field(default_factory=dict)  # null: the field cleared (no delay, no rate)
 
-    _key = field_validator("peer")(_hex_key)
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> ShapeRequest:
+        c = Checker("ShapeRequest", raw, ("peer", "class", "link_class", "shaping"))
+        key = "class" if "class" in raw or "link_class" not in raw else "link_class"
+        body = cls(c.field("peer", _hex_key), c.field("link_class", _optional(as_str), None, key=key),
+                   c.field("shaping", _floats(nullable=True), {}))
+        c.done()
+        return body
 
 
-class TrafficRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True)
+class TrafficRequest:
     key: str
-    payload_bytes: int = Field(64, ge=LOAD_HEADER_LEN, le=60_000)
-    count: int = Field(10_000, ge=1, le=100_000_000)
-    inflight: int = Field(64, ge=1, le=100_000)
-    timeout_s: float = Field(60.0, gt=0, le=3600)
+    payload_bytes: int = 64
+    count: int = 10_000
+    inflight: int = 64
+    timeout_s: float = 60.0
 
-    _key = field_validator("key")(_hex_key)
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> TrafficRequest:
+        c = Checker("TrafficRequest", raw, ("key", "payload_bytes", "count", "inflight", "timeout_s"))
+        body = cls(c.field("key", _hex_key), c.field("payload_bytes", _int(ge=LOAD_HEADER_LEN, le=60_000), 64),
+                   c.field("count", _int(ge=1, le=100_000_000), 10_000), c.field("inflight", _int(ge=1, le=100_000), 64),
+                   c.field("timeout_s", _num(gt=0, le=3600), 60.0))
+        c.done()
+        return body
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _body(request: Request, model: type[BaseModel]) -> BaseModel | JSONResponse:
+async def _body(request: Request, model: type[_B]) -> _B | JSONResponse:
     try:
         raw = await request.json()
     except ValueError:
@@ -123,8 +196,8 @@ async def _body(request: Request, model: type[BaseModel]) -> BaseModel | JSONRes
     if not isinstance(raw, dict):
         return _error(400, "request body must be a JSON object")
     try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
+        return model.parse(raw)
+    except Invalid as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "body"
         return _error(422, f"{where}: {err['msg']}")
@@ -259,7 +332,7 @@ class _Handlers:
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, AdversaryRequest)
-        params = {**body.params, **(body.model_extra or {})}
+        params = {**body.params, **body.extra}
         if body.strategy in (None, "drop"):
             if body.drop is None or params:
                 return _error(422, "drop: the drop strategy takes 'drop' ({kind: percent}) and 'peer' only"

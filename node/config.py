@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import ValidationError
-
+from contract.checks import Invalid
 from contract.links import LINK_TYPE_NAMES, LinkClassError, LinkShape, resolve_class
 from node.core.adversary import parse_drop_spec
 from node.core.attacks import STRATEGY_NAMES, make_strategy, parse_strategy_spec
@@ -289,8 +288,8 @@ def link_spec(params: dict[str, str], *, what: str, value: str, shape_all: bool 
     if whole or given:
         base = cls.shape.model_dump() if whole else {}
         try:
-            shape = LinkShape.model_validate({**base, **given})
-        except ValidationError as exc:
+            shape = LinkShape.parse({**base, **given})
+        except Invalid as exc:
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"]) or "shape"
             raise ConfigError(what, value, f"{loc}: {err['msg']}") from None

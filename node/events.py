@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import IO, Any, Protocol
 
-from contract.dataset import EVENT_TYPES, SCHEMA_VERSION
+from contract.lines import EVENT_TYPES, SCHEMA_VERSION
 from contract.frames import FRAME_TYPE_NAMES, frame_type_name
 
 __all__ = ["EventLog", "FrameStats", "TokenBucket"]
