@@ -37,7 +37,7 @@ from orchestrator.tools.monitoring import NODE_METRICS_PORT
 from orchestrator.model.runs import RunDir
 from orchestrator.tools.view.faults import ActionsTail, FaultLog
 from orchestrator.tools.view.frames import GraphInfo, NodeState, frame_doc, link_id
-from orchestrator.tools.view.motion import MOBILITY_FILE, Motion
+from orchestrator.tools.view.motion import MOBILITY_FILE, Motion, MotionTee
 
 if TYPE_CHECKING:  # the Docker SDK loads with the backend: `snekbed sim --view` needs no docker extra
     from orchestrator.backends.docker import DockerBackend
@@ -219,7 +219,7 @@ class InprocLive:
         # a backend that pauses or adds nodes later says so; by default a node is up or dead
         self.status_of = status_of or (lambda _name, sn: "up" if sn.alive else "dead")
         self.pings = PingLog()
-        # nodes that move: a Motion the run feeds (its mobility records) is drawn; the run wires it (not yet done)
+        # nodes that move: a Motion the run feeds through a MotionTee (orchestrator.tools.view.motion) is drawn
         self.motion: Motion | None = None
         inner = net.on_event  # the run's own observer keeps every event it had
 
@@ -231,6 +231,12 @@ class InprocLive:
                 inner(node, kind, fields, now)
 
         net.on_event = tee
+
+    def tee(self, topology: Mapping[str, Any], inner: Any = None) -> MotionTee:
+        """Draw the nodes that move: a log for the run's radio links that feeds this page and passes on to ``inner``
+        (``RadioLinks(net, world, classes, live.tee(topology_doc, log))``), called before the page's app is built."""
+        self.motion = Motion(topology)
+        return MotionTee(self.motion, inner)
 
     def fault(self, action: str, target: str | None = None, detail: Mapping[str, Any] | None = None,
               now: float | None = None) -> None:

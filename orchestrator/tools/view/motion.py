@@ -14,8 +14,9 @@ live: the lines a Docker run appends), and answers:
 * :meth:`Motion.graph_doc`: the static part: the area's bounds (fixed for the whole run, so motion shows), the
   radios (range, link class, carriers) and the tick.
 
-The graph document gets it as ``mobility``; each frame as ``motion`` (:meth:`Motion.frame`). A run without
-``mobility.jsonl`` has neither key, and its page is drawn as before.
+The graph document gets it as ``mobility``; each frame as ``motion`` (:meth:`Motion.frame`). Live, a Docker run's
+``mobility.jsonl`` is tailed (orchestrator.tools.view.live); an in-process run can feed :class:`MotionTee`. A run
+without ``mobility.jsonl`` has neither key, and its page is drawn as before.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 from contract.dataset import validate_record
 from contract.mobility import MOBILITY_FIELDS, MOBILITY_FILE
 
-__all__ = ["Motion", "read_motion", "MOBILITY_FILE"]
+__all__ = ["Motion", "MotionTee", "read_motion", "MOBILITY_FILE"]
 
 Skip = Callable[[Path, int, str], None]
 
@@ -160,6 +161,31 @@ class Motion:
     def graph_doc(self) -> dict[str, Any]:
         """The graph document's ``mobility``: bounds, radios (name, range_m, class, carriers), placed nodes, tick_s."""
         return {"bounds": self.bounds(), "radios": self.radios, "placed": self.placed, "tick_s": self.tick_s}
+
+
+class MotionTee:
+    """What an in-process run's radio links write (``RadioLinks``' ``log``: the interface of
+    ``orchestrator.backends.radio_links.MobilityLog``), fed to a live page's :class:`Motion` as it happens and passed
+    on to the run's own log (``inner``, None when the run records nothing). The run wires it:
+    ``RadioLinks(net, world, classes, MotionTee(live.motion, log))``."""
+
+    def __init__(self, motion: Motion, inner: Any = None) -> None:
+        self.motion, self.inner = motion, inner
+
+    def position(self, node: str, at: tuple[float, float], now: float) -> None:
+        self.motion.feed({"mono_s": now, "kind": "position", "node": node, "x_m": at[0], "y_m": at[1]})
+        if self.inner is not None:
+            self.inner.position(node, at, now)
+
+    def link(self, change: Any, link_class: str, made: bool, now: float) -> None:
+        self.motion.feed({"mono_s": now, "kind": "link_up" if change.up else "link_down", "a": change.a,
+                          "b": change.b, "radio": change.radio, "made": made})
+        if self.inner is not None:
+            self.inner.link(change, link_class, made, now)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
 
 
 def read_motion(path: Path, topology: Mapping[str, Any], meta: Mapping[str, Any], run_id: str | None,

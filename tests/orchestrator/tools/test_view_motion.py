@@ -13,10 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
+from orchestrator.model.radio_graph import LinkChange
+from orchestrator.model.runs import RunDir
 from orchestrator.model.topology_loaders import load_topology
 from orchestrator.sessions.sim import config_from_topology, run_sim_sync
 from orchestrator.tools.view.app import build_app
-from orchestrator.tools.view.motion import Motion
+from orchestrator.tools.view.frames import GraphInfo
+from orchestrator.tools.view.live import DockerLive
+from orchestrator.tools.view.motion import Motion, MotionTee
 from orchestrator.tools.view.timeline import Timeline
 from tests.orchestrator.tools.test_view_timeline import _synthetic
 
@@ -159,3 +163,57 @@ def test_a_recorded_mobile_run_replays_with_the_radio_links_in_its_graph(tmp_pat
     r = ups[0]
     assert [r["a"], r["b"], r["radio"], r["made"]] in tl.at(r["mono_s"])["motion"]["radio_links"]
     assert [r["a"], r["b"], r["radio"], r["made"]] not in tl.at(r["mono_s"] - 1e-6)["motion"]["radio_links"]
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[Any, ...]] = []
+
+    def position(self, *args: Any) -> None:
+        self.lines.append(("position", *args))
+
+    def link(self, *args: Any) -> None:
+        self.lines.append(("link", *args))
+
+    def close(self) -> None:
+        self.lines.append(("close",))
+
+
+def test_an_in_process_runs_radio_log_feeds_the_live_page_and_its_own_log() -> None:
+    """MotionTee: what RadioLinks writes to its MobilityLog reaches a live page's Motion, and the run's own log."""
+    inner, motion = _Log(), Motion(TOPO)
+    tee = MotionTee(motion, inner)
+    tee.position("a", (0.0, 0.0), 0.0)
+    tee.position("a", (4.0, 2.0), 1.0)
+    tee.link(LinkChange("a", "b", "bluetooth", True, "in_range", 8.0), "bluetooth", True, 1.0)
+    tee.close()
+    assert motion.frame(0.5) == {"positions": {"a": [2.0, 1.0]}, "radio_links": []}
+    assert motion.frame(1.0)["radio_links"] == [["a", "b", "bluetooth", True]]
+    assert [x[0] for x in inner.lines] == ["position", "position", "link", "close"]
+    MotionTee(Motion(TOPO)).close()  # a run that records nothing
+
+
+class _NoContainers:
+    def containers(self, run_id: str) -> dict[str, Any]:
+        return {}
+
+
+def test_the_docker_live_source_tails_mobility_jsonl_as_the_run_appends_to_it(tmp_path: Path) -> None:
+    """DockerLive reads the lines the orchestrator appends to mobility.jsonl at each poll (a line still being
+    written waits for the next poll); the live graph document gets the radios."""
+    run = tmp_path / "live1"
+    run.mkdir()
+    (run / "topology.json").write_text(json.dumps(TOPO))
+    (run / "meta.json").write_text(json.dumps({"run_id": "live1", "nodes": {}, "mobility": {"tick_s": 1.0}}))
+    live = DockerLive(RunDir(run), _NoContainers(), {}, GraphInfo.from_topology_doc(TOPO, {}))  # type: ignore[arg-type]
+    try:
+        assert live.motion is not None and [r["name"] for r in live.motion.graph_doc()["radios"]] == ["bluetooth", "lan"]
+        assert live._poll()["motion"] == {"positions": {}, "radio_links": []}  # no file yet
+        with open(run / "mobility.jsonl", "w") as f:
+            f.write(json.dumps(_pos(0.0, "a", 1.0, 2.0)) + "\n" + json.dumps(_link(0.0, True, "a", "b", "lan"))[:20])
+        assert live._poll()["motion"] == {"positions": {"a": [1.0, 2.0]}, "radio_links": []}
+        with open(run / "mobility.jsonl", "a") as f:
+            f.write(json.dumps(_link(0.0, True, "a", "b", "lan"))[20:] + "\n")
+        assert live._poll()["motion"]["radio_links"] == [["a", "b", "lan", True]]
+    finally:
+        live.close()
