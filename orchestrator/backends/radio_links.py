@@ -53,6 +53,10 @@ class MobilityLog:
         self._line(now, "link_up" if change.up else "link_down", a=change.a, b=change.b, radio=change.radio,
                    link_class=link_class, distance_m=change.distance_m, cause=change.cause, made=made)
 
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
@@ -212,6 +216,8 @@ class MovingRadios:
         for change in self.graph.step(positions):
             self._apply(change, first, now)
         self._reshape(positions)
+        if self.log is not None:
+            self.log.flush()  # a tick's lines reach the file together (a live view tails it)
 
     def _wanted(self, a: str, b: str) -> bool:
         return self.available(a) and self.available(b) and not self.blocked(a, b)
