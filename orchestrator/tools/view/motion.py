@@ -183,6 +183,10 @@ class MotionTee:
         if self.inner is not None:
             self.inner.link(change, link_class, made, now)
 
+    def flush(self) -> None:
+        if self.inner is not None:
+            self.inner.flush()
+
     def close(self) -> None:
         if self.inner is not None:
             self.inner.close()
