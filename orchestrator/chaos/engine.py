@@ -277,7 +277,10 @@ def _inproc_live(backend: InprocChaos, sc: Scenario, topology: Topology | None, 
                                                                      if topology is None or n not in topology.node_names]
     links = [(x.a, x.b, x.link_class) for x in topology.links] if topology is not None else []
     graph = GraphInfo(sc.name, nodes, {n: sn.key.hex() for n, sn in backend.net.nodes.items()}, links + extra_links)
-    return InprocLive(backend.net, graph, run_id, status_of=backend.view_status)
+    live = InprocLive(backend.net, graph, run_id, status_of=backend.view_status)
+    if isinstance(backend, MobileInprocChaos) and topology is not None:  # the page draws the nodes where they are
+        backend.radio.log = live.tee(topology.to_record(), backend.radio.log)
+    return live
 
 
 @register_backend("docker")

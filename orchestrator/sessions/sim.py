@@ -341,6 +341,8 @@ class _Sim:
                     graph = GraphInfo(self.cfg.name, list(self.cfg.nodes),
                                       {n: sn.key.hex() for n, sn in self.net.nodes.items()}, list(self.cfg.links))
                     self.live = InprocLive(self.net, graph, self.recorder.run_id if self.recorder else "sim")
+                    if self.radio is not None and self.cfg.topology_doc is not None:  # draw nodes where they are
+                        self.radio.log = self.live.tee(self.cfg.topology_doc, self.radio.log)
                     hub = LiveHub(self.live)
                     nursery.start_soon(hub.run)
                     bound = await nursery.start(serve_app, build_live_app(hub), self.cfg.view, stop.wait)

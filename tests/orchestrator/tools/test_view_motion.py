@@ -12,7 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
+from orchestrator.chaos.engine import ChaosOptions, make_backend
+from orchestrator.chaos.runner import run_scenario
+from orchestrator.chaos.scenario import parse_scenario_yaml
 from orchestrator.model.radio_graph import LinkChange
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology_loaders import load_topology
@@ -191,6 +195,27 @@ def test_an_in_process_runs_radio_log_feeds_the_live_page_and_its_own_log() -> N
     assert motion.frame(1.0)["radio_links"] == [["a", "b", "bluetooth", True]]
     assert [x[0] for x in inner.lines] == ["position", "position", "link", "close"]
     MotionTee(Motion(TOPO)).close()  # a run that records nothing
+
+
+def test_a_chaos_run_in_process_feeds_its_live_page_the_nodes_where_they_are(tmp_path: Path) -> None:
+    """`snekbed chaos --view` of a topology with radios: the live page's Motion gets every tick's positions and the
+    radio link changes, as the run's own mobility.jsonl does (the engine wires the tee before the run starts)."""
+    topo_path = tmp_path / "walkers.yaml"
+    topo_path.write_text(WALKERS + "".join(f"  - {{name: n{i:02d}, mobility: {{model: random_waypoint, area_m: "
+                                           f"[100, 100], speed_mps: [5, 10]}}}}\n" for i in range(5)))
+    topo = load_topology(topo_path)
+    sc = parse_scenario_yaml("name: walk\nsteps:\n  - {action: wait, s: 10}\n", topology=topo)
+    prepared = make_backend(sc, topo, ChaosOptions(seed=1, record=tmp_path / "run"))
+    assert prepared.live is not None and prepared.clock is not None
+    live = prepared.live()
+    trio.run(lambda: run_scenario(prepared.backend, sc, seed=1), clock=prepared.clock)
+    records = [json.loads(x) for x in (tmp_path / "run" / "mobility.jsonl").read_text().splitlines()]
+    last = {r["node"]: [round(r["x_m"], 3), round(r["y_m"], 3)] for r in records if r["kind"] == "position"}
+    end = max(r["mono_s"] for r in records)
+    assert live.motion is not None and live.motion.frame(end)["positions"] == last
+    changed = [r for r in records if r["kind"] in ("link_up", "link_down") and r["mono_s"] > 0]
+    assert changed and all(([r["a"], r["b"], r["radio"], r["made"]] in live.motion.frame(r["mono_s"])["radio_links"])
+                           == (r["kind"] == "link_up") for r in changed[:20])  # fmt: skip
 
 
 class _NoContainers:
