@@ -73,13 +73,17 @@ def run_speed(args: argparse.Namespace, speed: float, root: Path) -> dict[str, A
     (d / "scenario.yaml").write_text(SCENARIO.format(rate=args.rate, pairs=args.pairs, walk_s=args.walk_s,
                                                      after_s=args.check_after_s))
     t0 = time.monotonic()
-    cmd = [sys.executable, "-m", "orchestrator.cli", "ab", "--a", args.a, "--b", args.b, "--scenario",
-           str(d / "scenario.yaml"), "--topology", str(d / "topology.yaml"), "--seeds", str(args.seeds),
-           "--out", str(d / "ab"), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"speed {speed:g}: snekbed ab exited {proc.returncode}\n{proc.stderr[-2000:]}")
-    doc = json.loads(proc.stdout)
+    done = d / "ab" / "ab-result.json"  # an earlier invocation's result for this speed (--resume)
+    if args.resume and done.exists():
+        doc = json.loads(done.read_text())
+    else:
+        cmd = [sys.executable, "-m", "orchestrator.cli", "ab", "--a", args.a, "--b", args.b, "--scenario",
+               str(d / "scenario.yaml"), "--topology", str(d / "topology.yaml"), "--seeds", str(args.seeds),
+               "--out", str(d / "ab"), "--json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"speed {speed:g}: snekbed ab exited {proc.returncode}\n{proc.stderr[-2000:]}")
+        doc = json.loads(proc.stdout)
     manifest = json.loads((d / "ab" / "ab.json").read_text())
     rates = [link_changes_per_s(Path(r["run_dir"]), args.walk_s) for r in manifest["runs"]]
     conn = doc["metrics"].get("delivery_connected") or {}
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--a", default="snek")
     p.add_argument("--b", default="snek-s0")
     p.add_argument("--out", type=Path, default=Path("mobility-study"))
+    p.add_argument("--resume", action="store_true", help="reuse a speed's finished snekbed ab result under --out")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rows = [run_speed(args, float(s), args.out) for s in args.speeds.split(",")]
