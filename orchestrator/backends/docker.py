@@ -29,7 +29,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,8 +164,10 @@ class DockerBackend:
            shaping_backend: ShapingBackend = "userspace", progress: Progress | None = None,
            on_plan: Callable[[AddressPlan, dict[str, NodeLaunch], dict[str, HostLaunch]], None] | None = None,
            reference_image: str | None = None,
-           on_networks: Callable[[AddressPlan], None] | None = None) -> UpResult:
-        """Create the networks and start one container per node; shape every link.
+           on_networks: Callable[[AddressPlan], None] | None = None, held: Collection[str] = ()) -> UpResult:
+        """Create the networks and start one container per node; shape every link. The nodes in ``held`` (a
+        chaos scenario's later joins) get their container and networks but are not started (nor shaped: a
+        start applies their shapes, orchestrator.chaos.docker_shaping).
 
         ``on_plan`` is called once the plan is fixed, before any container exists (the
         CLI records it); ``on_networks`` once the networks exist, before the first container starts (a run's
@@ -202,12 +204,14 @@ class DockerBackend:
         try:
             # listeners (the larger name of each link) first, so most dials find their peer already up
             futures = {pool.submit(self._start_node, run_id, launches[name], plan, net_ids,
-                                   images[launches[name].implementation], events_dir, shapes, shaping_backend): name
+                                   images[launches[name].implementation], events_dir, shapes, shaping_backend,
+                                   name not in held): name
                        for name in sorted(launches, reverse=True)}
             for fut in as_completed(futures):
                 cid, started, shaped = fut.result()
                 containers[futures[fut]] = cid
-                starts.append(started)
+                if started is not None:
+                    starts.append(started)
                 for index in shaped:
                     link_backends[index] = shaping_backend if not shapes[index].is_noop else "none"
                 progress("containers", len(containers), len(launches))
@@ -227,9 +231,10 @@ class DockerBackend:
                         max(starts, default=t_nets) - t_nets, hosts)
 
     def _start_node(self, run_id: str, launch: NodeLaunch, plan: AddressPlan, net_ids: dict[str, str], image: str,
-                    events_dir: Path, shapes: dict[int, LinkShape],
-                    shaping_backend: ShapingBackend) -> tuple[str, float, list[int]]:
-        """Create, connect, start and shape one node. Returns (container id, start time, links shaped here)."""
+                    events_dir: Path, shapes: dict[int, LinkShape], shaping_backend: ShapingBackend,
+                    start: bool = True) -> tuple[str, float | None, list[int]]:
+        """Create, connect, start and shape one node (``start`` False: create and connect only). Returns
+        (container id, start time or None, links shaped here)."""
         api = self.api
         options = node_container_options(kernel_shaping=False)
         host_config = api.create_host_config(
@@ -258,11 +263,14 @@ class DockerBackend:
                 api.connect_container_to_network(cid, net_ids[plan.lan.name], ipv4_address=launch.lan_ip)
             for net_name, ip in launch.radio_ips.items():  # a radio's segment: peerings made as the nodes move
                 api.connect_container_to_network(cid, net_ids[net_name], ipv4_address=ip)
-            with ENDPOINT_CHANGES:
-                api.start(cid)
+            if start:
+                with ENDPOINT_CHANGES:
+                    api.start(cid)
         except docker.errors.APIError as exc:
             raise DockerBackendError(f"starting node {launch.name} (image {image}) failed: "
                                      f"{exc.explanation or exc}") from exc
+        if not start:
+            return cid, None, []
         started = time.monotonic()
         shaped: list[int] = []
         if shaping_backend != "userspace":

@@ -14,7 +14,7 @@ import platform
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,7 +364,8 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
               converge_progress: Callable[[float, int, int], None] | None = None,
               announce: Announce | None = None, host_timeout_s: float = HOST_TIMEOUT_S,
               reference_image: str | None = None,
-              on_networks: Callable[[AddressPlan], None] | None = None) -> tuple[DockerSession, UpResult, Convergence]:
+              on_networks: Callable[[AddressPlan], None] | None = None,
+              held: Collection[str] = ()) -> tuple[DockerSession, UpResult, Convergence]:
     """Bring ``topology`` up as run ``run`` and wait (up to ``timeout_s`` after the last start) for convergence.
     Nodes whose spec is ``pinecone`` run ``reference_image``; meta.json's ``shaping_unapplied`` lists the part of
     a link's shape their ends cannot apply (docker_plan.unapplied_shaping), and ``announce`` says it.
@@ -372,6 +373,9 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
     With host nodes, once the containers run their commands go to ``announce`` (stderr by
     default) and the run waits up to ``host_timeout_s`` for each to answer with its key;
     convergence is timed from then.
+
+    ``held`` (the nodes a chaos scenario joins later): on Docker their containers are created, not started, and the
+    convergence is the other nodes'; a swarm starts every node (DockerChaos stops the held ones once up).
 
     meta.json and docker.json are written as soon as the plan is fixed, before any
     container exists. On any exception (DockerBackendError, Ctrl-C, a cancelled
@@ -382,7 +386,7 @@ def start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image:
         return _start_run(topology, run, backend=backend, images=(image, reference_image), seed=seed,
                           shaping=shaping, timeout_s=timeout_s, progress=progress, converge_progress=converge_progress,
                           announce=announce or _announce_stderr, host_timeout_s=host_timeout_s,
-                          on_networks=on_networks)
+                          on_networks=on_networks, held=held)
     except BaseException as exc:
         roll_back(run, backend, exc)
         raise
@@ -411,7 +415,7 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
                progress: Callable[[str, int, int], None] | None,
                converge_progress: Callable[[float, int, int], None] | None,
                announce: Announce, host_timeout_s: float,
-               on_networks: Callable[[AddressPlan], None] | None = None,
+               on_networks: Callable[[AddressPlan], None] | None = None, held: Collection[str] = (),
                ) -> tuple[DockerSession, UpResult, Convergence]:
     shaping_backend, why = shaping
     image, reference_image = images
@@ -440,7 +444,10 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
             "address_block": plan.block, "observer": {},
         })
 
-    more = {"on_networks": on_networks} if on_networks is not None else {}  # a swarm's run has no Prometheus
+    more: dict[str, Any] = {"on_networks": on_networks} if on_networks is not None else {}  # not on a swarm
+    held = () if isinstance(backend, SwarmBackend) else tuple(held)  # a swarm starts every service
+    if held:
+        more["held"] = held
     result = backend.up(topology, run_id=run.run_id, events_dir=run.events_dir, image=image, seed=seed,
                         shaping_backend=shaping_backend, progress=progress, on_plan=on_plan,
                         reference_image=reference_image, **more)
@@ -467,7 +474,7 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
         waited = session.wait_hosts(result.hosts, timeout_s=host_timeout_s)
         t0 = time.monotonic()
         run.update_meta(host_nodes_waited_s=round(waited, 3))  # convergence is timed from the last host's answer
-    conv = session.converge(t0=t0, timeout_s=timeout_s, what="up", progress=converge_progress)
+    conv = session.converge(t0=t0, timeout_s=timeout_s, what="up", exclude=held, progress=converge_progress)
     refused = links_not_made(topology, session.keys, conv.states)
     run.update_meta(observer={"up": {**conv.summary(), "networks_s": round(result.network_s, 3),
                                      "containers_s": round(result.container_s, 3)}}, outcome="ok",

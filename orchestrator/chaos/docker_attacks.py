@@ -39,6 +39,11 @@ class DockerAttacks:
         """Nodes the scenario joins later that have not joined yet (``add_node`` takes each out)."""
         return self.__dict__.setdefault("_waiting", set(self._start_stopped))
 
+    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
+        assert self._admin is not None and self.session is not None
+        body = {"drop": drop, "peer": self.session.keys[peer] if peer is not None else None}
+        await trio.to_thread.run_sync(self._admin.post, name, "/adversary", body)
+
     async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> None:
         assert self._admin is not None
         await trio.to_thread.run_sync(self._admin.post, name, "/adversary", {"strategy": strategy, **params})

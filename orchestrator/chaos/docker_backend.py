@@ -22,7 +22,8 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
   (docs/interop.md). A link connected again, or a node started again, has new interfaces: the kernel part of its
   links' current shapes is applied again (orchestrator.chaos.docker_shaping).
 * ``join``: nodes and links a scenario adds later are created with the run
-  (so they have addresses), then stopped or disconnected until their step.
+  (so they have addresses), but a node is not started (on a swarm: stopped once up) and a link is disconnected
+  until their step: the network converges, and the first step starts, without them.
 
 Host nodes (``host: true``, run by the user outside Docker; their commands are
 printed on stderr at start and the run waits for them): pings, ``link_down`` /
@@ -180,15 +181,17 @@ class DockerChaos(DockerAttacks, ChaosBackend):
             lambda: start_run(self.topology, self.run, backend=self.docker, image=self.image, seed=self.seed,
                               shaping=shaping, timeout_s=self.timeout_s, announce=announce,
                               host_timeout_s=self.host_timeout_s, reference_image=self.reference_image,
-                              on_networks=self._monitor if self.prometheus_image is not None else None))  # fmt: skip
+                              on_networks=self._monitor if self.prometheus_image is not None else None,
+                              held=self._start_stopped))  # fmt: skip
         self.session, self.plan, self.shaping_backend = session, result.plan, result.shaping_backend
         self.report["shaping_unapplied"] = self.run.meta().get("shaping_unapplied", [])
         self._admin = AdminClient(session.endpoints, timeout_s=3.0, workers=32)
         nets = self.docker.api.networks(filters={"label": f"snekbed.run={self.run.run_id}"})
         self.net_ids = {n["Name"]: n["Id"] for n in nets}
-        for name in sorted(self._start_stopped):
+        running = await trio.to_thread.run_sync(self.docker.running, self.run.run_id)  # a swarm started them
+        for name in sorted(self._start_stopped & running):  # later joins (Docker created them, never started)
             await self._docker(self.docker.kill, self.run.run_id, name)
-            self.stopped.add(name)
+        self.stopped |= self._start_stopped
         for ln in self.plan.links:
             if frozenset((ln.a, ln.b)) in self._start_unlinked:
                 await self._disconnect(ln.index)
@@ -593,8 +596,3 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         if name in self.stopped or name in self.removed:
             await self.restart(name)
         self.waiting.discard(name)  # joined: node_keys lists it now (docker_attacks)
-
-    async def adversary(self, name: str, drop: dict[str, float], peer: str | None) -> None:
-        assert self._admin is not None and self.session is not None
-        body = {"drop": drop, "peer": self.session.keys[peer] if peer is not None else None}
-        await trio.to_thread.run_sync(self._admin.post, name, "/adversary", body)

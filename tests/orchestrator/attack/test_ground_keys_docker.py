@@ -1,7 +1,7 @@
 """A ground key on Docker (docs/attacks.md, "How a strategy is configured"): ``snekbed chaos`` on ring-8 joins a node
 with ``key: {above_all: true}``; its container was created with the key ground before the run, the join takes it,
 and every node names it as root (the checker's invariants after the join, and each node's own event log until
-the run goes down)."""
+the run goes down); it did not run before the ring had converged without it."""
 
 from __future__ import annotations
 
@@ -49,6 +49,10 @@ def test_a_node_joined_with_a_key_above_all_becomes_every_nodes_root_on_docker(c
         assert join["target"] == "usurper" and join["detail"]["key_rule"] == "above all", join
         keys = json.loads((run_dir / "meta.json").read_text())["nodes"]
         assert keys["usurper"] == key and all(k < key for n, k in keys.items() if n != "usurper"), keys
+        # the usurper was not started before the ring converged without it (Docker created it, never started it)
+        up_converged = next(a["wall_ts"] for a in actions if a["action"] == "converged")
+        first = json.loads((run_dir / "events" / "usurper.jsonl").read_text().splitlines()[0])
+        assert first["wall_ts"] > up_converged, (first, up_converged)
         (down,) = [a["wall_ts"] for a in actions if a["action"] == "down"]  # the nodes stop after it, one by one
         for n in (f"n0{i}" for i in range(1, 9)):  # each ring node's last root while the run ran: the usurper's key
             roots = [e["root"] for e in map(json.loads, (run_dir / "events" / f"{n}.jsonl").read_text().splitlines())
