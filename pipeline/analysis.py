@@ -344,7 +344,7 @@ def _mobility_chain(i: _JobInputs) -> None:
     bad_lines = spark.createDataFrame(tables.arrow_table(MOBILITY_BAD_SCHEMA, sorted(bad.items())))
     store.put("mobility_timeline", mobility.mobility_timeline(moving, i.pings, i.bounds, i.timeline_bin_s), (),
               one_file=True)
-    store.put("mobility_runs", mobility.mobility_runs(moving, i.pings, bad_lines), (), one_file=True)
+    store.put("mobility_runs", mobility.mobility_runs(moving, i.pings, bad_lines, i.events), (), one_file=True)
 
 
 #: The jobs' independent chains, run side by side (each writes its own tables).

@@ -107,6 +107,9 @@ def test_a_recorded_moving_run_analyzed_end_to_end(spark, tmp_path: Path) -> Non
     stretch = _stretch([json.loads(line) for line in (run / "pings.jsonl").read_text().splitlines()])
     assert len(stretch) > 10 and got["stretch_mean"] == pytest.approx(statistics.mean(stretch))
     assert got["stretch_median"] == pytest.approx(statistics.median(stretch))
+    (summary,) = rows("run_summary")  # control overhead: the overhead job's figure for the same run
+    assert got["control_bytes_per_node_s"] == pytest.approx(summary["control_bytes_per_node_s"]) and (
+        got["control_bytes_per_node_s"] > 0 and got["control_frames_per_node_s"] > 0)
     timeline = rows("mobility_timeline")
     assert sum(r["link_ups"] for r in timeline) == m["link_ups"] and sum(r["link_downs"] for r in timeline) == (
         m["link_downs"])
