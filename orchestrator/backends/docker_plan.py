@@ -40,6 +40,7 @@ from contract.links import LinkShape, default_classes, resolve_class
 from netem.plan import ShapingBackend, userspace_part
 from node.core.crypto import Identity, derive_seed
 from orchestrator.backends.docker_net import AddressPlan, DockerBackendError, LinkNet
+from orchestrator.model.adversary_spec import reference_refusal
 from orchestrator.model.topology import NodeSpec, Topology
 
 __all__ = [
@@ -228,7 +229,9 @@ def node_args(spec: NodeSpec, *, seed: int | str, run_id: str, listen: str, admi
     """The command line of ``spec``'s node without its peers: ``snekbed node``'s options, or the same options of
     the reference node (docs/interop.md, "Options"), which takes them without the ``node`` command and its
     variant as the rules it runs (``--variant snek[,knob=..]``). The key seed is ``NodeSpec.seed_bytes(seed)``,
-    the userspace shaper's seed derives from (seed, "shaping", name) (the reference node accepts and ignores it)."""
+    the userspace shaper's seed derives from (seed, "shaping", name) (the reference node accepts and ignores it).
+    A node's ``adversary`` is its ``--adversary``; a reference node's that is not ``drop`` (a run-wide ``pinecone``
+    written into the spec: ``Topology.with_variant``) raises DockerBackendError, as the reference node would exit 2."""
     reference = implementation_of(spec) == "reference"
     shaping_seed = int.from_bytes(derive_seed(seed, "shaping", spec.name)[:4], "big")
     args = ["--listen", listen, "--admin", admin, "--metrics", metrics, "--key-seed", spec.seed_bytes(seed).hex(),
@@ -237,6 +240,10 @@ def node_args(spec: NodeSpec, *, seed: int | str, run_id: str, listen: str, admi
     if spec.variant is not None or spec.knobs:
         variant = spec.variant_spec()
         args += ["--variant", str(variant.as_protocol() if reference else variant)]
+    if spec.adversary is not None:  # adversarial from its start (orchestrator.model.adversary_spec)
+        if reference and (why := reference_refusal(spec.adversary)) is not None:
+            raise DockerBackendError(f"node {spec.name} runs {spec.variant}: {why}")
+        args += ["--adversary", spec.adversary]
     return args if reference else ["node", *args]
 
 

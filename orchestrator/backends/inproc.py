@@ -23,12 +23,15 @@ import trio
 
 from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT, frame_type_slot
 from node.core import wire
+from node.core.attacks import make_strategy
 from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
 from node.core.recorder import DEFAULT_MAX_ENTRIES, RECEIVED, FlightRecorder
 from node.core.router import MAX_PORTS, Encoded, Output, Router, Timers
 from node.core.types import Frame, LinkType
 from node.core.variants import VariantSpec
+from orchestrator.model.adversary_spec import NodeAdversary, adversaries_of
+from orchestrator.model.topology import NodeSpec
 
 __all__ = ["DEFAULT_BOOT_SPREAD_S", "InprocNetwork", "SimNode", "LinkEnd", "LINK_TYPES"]
 
@@ -111,6 +114,7 @@ class InprocNetwork:
         boot_spread_s: float = 0.0,
         recorder_s: float = 0.0,
         recorder_max_entries: int = DEFAULT_MAX_ENTRIES,
+        node_specs: Iterable[NodeSpec] = (),
     ) -> None:
         """``variant`` is every node's protocol variant and knobs (default: plain ``snek``), ``variants``
         overrides it per node name. Nodes whose variants cannot peer (different handshake capabilities,
@@ -124,8 +128,13 @@ class InprocNetwork:
 
         ``recorder_s`` > 0: every node keeps a flight recorder of that many seconds and at most
         ``recorder_max_entries`` entries (node.core.recorder), as a TCP node does; it records what its router was
-        given and did, and changes nothing of the run."""
+        given and did, and changes nothing of the run.
+
+        ``node_specs``: the topology's nodes; one with an ``adversary:`` (orchestrator.model.adversary_spec) is
+        adversarial from its start: its router is made with it, as ``snekbed node --adversary`` makes it, a
+        restart's too (a container restarts with its command line)."""
         self.seed = seed
+        self.adversaries: dict[str, NodeAdversary] = adversaries_of(node_specs)
         self.recorder_s, self.recorder_max_entries = recorder_s, recorder_max_entries
         self.variant = variant or VariantSpec()
         self.variants = dict(variants or {})
@@ -174,6 +183,11 @@ class InprocNetwork:
         spec = spec or self.spec_of(name)
         self.variants[name] = spec
         r = Router(ident, now, detail_events=self.detail_events, **spec.router_options(self.timers))
+        if (adv := self.adversaries.get(name)) is not None:  # node.runtime's order: the drop rates, the strategy
+            if adv.drop is not None:
+                r.set_adversary(*adv.drop)
+            if adv.attack is not None:
+                r.set_attack(make_strategy(*adv.attack, timers=r.t), now)
         rec = FlightRecorder(self.recorder_s, self.recorder_max_entries) if self.recorder_s > 0 else None
         return SimNode(name, r, spec, recorder=rec)
 

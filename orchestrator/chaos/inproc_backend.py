@@ -69,8 +69,7 @@ class InprocChaos(InprocAttacks, ChaosBackend):
         self,
         topology: Topology | None,
         *,
-        seed: int = 0,
-        link_delay_ms: float = 1.0,
+        seed: int = 0, link_delay_ms: float = 1.0,
         detail_events: bool = False,
         timers: Timers | None = None,
         record: Path | None = None,
@@ -104,8 +103,9 @@ class InprocChaos(InprocAttacks, ChaosBackend):
         variants = {n.name: n.variant_spec(self.variant) for n in topology.nodes} if topology is not None else {}
         self.ab = ab
         self.net = InprocNetwork(nodes, [], seed=seed, link_delay_ms=link_delay_ms, key_seeds=key_seeds,
-                                 detail_events=detail_events, timers=timers, variant=self.variant,
-                                 variants=variants, boot_spread_s=boot_spread_s, recorder_s=recorder_s)  # fmt: skip
+                                 detail_events=detail_events, timers=timers, variant=self.variant, variants=variants,
+                                 boot_spread_s=boot_spread_s, recorder_s=recorder_s,
+                                 node_specs=topology.nodes if topology is not None else ())  # fmt: skip
         self.timers = timers
         # every link the run wants: spec index -> (a, b, class, connect options); lid when made
         self.specs: list[tuple[str, str, str, dict[str, Any]]] = []

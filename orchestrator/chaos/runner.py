@@ -31,6 +31,7 @@ from node.core.router import Timers
 from node.core.snek import EXPIRY_S
 
 from orchestrator.tools.monitoring import FAULT_KINDS, RunMetrics
+from orchestrator.model.adversary_spec import adversaries_of
 from orchestrator.model.observe import NodeView, check_convergence
 from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
 from orchestrator.chaos.checker import (
@@ -113,6 +114,9 @@ class ChaosRun:
         await b.start(nursery)
         t0 = b.now()
         self.t0 = t0
+        topology = getattr(b, "topology", None)  # its nodes adversarial from their start: the honest view from t0
+        for name, adv in adversaries_of(topology.nodes if topology is not None else ()).items():
+            self._act("adversary", name, adv.detail())
         if self.metrics is not None:
             nursery.start_soon(self._watch, self.metrics)
         if sc.traffic is not None:

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from contract.links import LinkClass, LinkShape, default_classes, resolve_class
 from node.core.crypto import derive_seed
 from node.core.variants import VariantSpec
 
+from orchestrator.model.adversary_spec import check_adversary
 from orchestrator.model.mobility_spec import (MobilitySpec, MovementSpec, RadioSpec, mobility_problems, tag_problem,
                                              untag)
 from orchestrator.model.placement import PlacementSpec, placement_problems
@@ -141,6 +143,8 @@ class NodeSpec(BaseModel):
     position: tuple[FiniteFloat, FiniteFloat] | None = Field(None, description="[x, y] in metres (docs/mobility.md)")
     mobility: MobilitySpec | None = Field(None, description="how the node moves: a model and its parameters "
                                           "(docs/mobility.md)")
+    adversary: str | None = Field(None, description="adversarial from its start: a `snekbed node --adversary` spec, "
+                                  "e.g. greyhole:forward=0.5 or drop:bootstrap=100 (docs/attacks.md)")
 
     @model_validator(mode="before")
     @classmethod
@@ -182,6 +186,11 @@ class NodeSpec(BaseModel):
     def _knobs_are_known(cls, v: dict[str, Any]) -> dict[str, Any]:
         VariantSpec.of("snek", v)  # raises VariantError (a ValueError) naming the bad knob
         return v
+
+    @field_validator("adversary")
+    @classmethod
+    def _adversary_ok(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else check_adversary(v, info.data.get("variant"))  # the flag's parser and message
 
     def variant_spec(self, default: VariantSpec | None = None) -> VariantSpec:
         """The variant this node runs: its own ``variant`` and ``knobs`` on top of the run's ``default``."""
