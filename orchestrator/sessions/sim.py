@@ -77,6 +77,7 @@ class SimConfig:
     run_id: str | None = None
     key_seeds: dict[str, bytes] = field(default_factory=dict)
     topology_doc: dict[str, Any] | None = None
+    node_specs: tuple[Any, ...] = ()  # the topology's NodeSpecs: one with ``adversary:`` starts adversarial
     shapers: dict[str, Any] | None = None
     link_options: list[dict[str, Any]] | None = None  # per link: connect() keyword options (link_type, shaper, sized)
     variant: VariantSpec = field(default_factory=VariantSpec)  # every node's variant and knobs ...
@@ -179,6 +180,7 @@ class _Sim:
             variant=cfg.variant,
             variants=cfg.variants,
             boot_spread_s=cfg.boot_spread_s,
+            node_specs=cfg.node_specs,
         )
         self.tracker = ConvergenceTracker()
         self.rng = random.Random(f"pairs-{cfg.seed}")
@@ -512,6 +514,7 @@ def config_from_topology(topo: Topology, **kw) -> SimConfig:
         name=topo.name,
         key_seeds=key_seeds,
         topology_doc=topo.to_record(),
+        node_specs=tuple(topo.nodes),
         **kw,
     )
 

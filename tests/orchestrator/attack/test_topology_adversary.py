@@ -26,6 +26,7 @@ from orchestrator.chaos.runner import run_scenario
 from orchestrator.chaos.scenario import parse_scenario_yaml
 from orchestrator.model.adversary_spec import adversaries_of, parse_node_adversary, reference_refusal
 from orchestrator.model.generators import ring
+from orchestrator.sessions.sim import config_from_topology, run_sim_sync
 from orchestrator.model.topology import NodeSpec, Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology, parse_yaml
 
@@ -191,3 +192,14 @@ def test_a_greyhole_from_the_topology_swallows_from_the_start_and_the_checker_ju
     _, honest = _run(ring(8), "  - {action: wait, s: 40}\n  - {action: check}\n")
     pairs = honest["steps"][1]["invariants"]["pairs_reachable"]
     assert pairs["held"] and not pairs["detail"].startswith("honest view"), pairs
+
+
+def test_snekbed_sim_starts_a_topology_adversary_too() -> None:
+    """``snekbed sim`` (and ``up --backend inproc``) of the same ring: the greyhole swallows from the start, so fewer
+    pings arrive than on the honest ring with the same seed and pairs."""
+    def sim(topo: Topology) -> dict[str, Any]:
+        return run_sim_sync(config_from_topology(topo, seed=2, pairs=40))
+
+    honest, attacked = sim(ring(8)), sim(_with("n03", "greyhole:forward=0", ring(8)))
+    assert honest["pings"]["delivered"] == honest["pings"]["sent"] == 40, honest["pings"]
+    assert attacked["pings"]["delivered"] < attacked["pings"]["sent"], attacked["pings"]
