@@ -15,7 +15,9 @@ Contract (scripts depend on it; ``docs/node.md`` has examples):
 ``POST /peers/shape``      ``{"peer": hex, "class": name|null, "shaping": {"delay_ms": float|null, ...}}`` ->
                            ``{"ports", "shapes": {port: shape}}``: the userspace shaper of the peerings with that
                            key is the class's shape with ``shaping`` over it, a null clearing a field (later
-                           peerings with the key get it too); 404 when none is connected
+                           peerings with the key get it too); 404 when none is connected. ``"port": N`` instead
+                           of (or beside) ``peer``: that peering alone, not remembered for later ones; 404 when
+                           no peering (with that key) is on the port
 ``POST /traffic``          benchmark load: ``{"key", "payload_bytes", "count", "inflight", "timeout_s"}``
                            -> ``{"sent", "delivered", "lost", "elapsed_s", "frames_per_s"}``
 ``GET /recorder``          the flight recorder: JSON lines (contract.recorder), oldest first;
@@ -152,16 +154,23 @@ class AdversaryRequest:
 
 @dataclass(frozen=True)
 class ShapeRequest:
-    peer: str
+    """``peer`` (every peering with that key, and later ones) or ``port`` (that peering alone; with ``peer`` too,
+    only if it is that key's), at least one of them."""
+
+    peer: str | None = None
     link_class: str | None = None  # "class" in the body ("link_class" is taken too)
     shaping: dict[str, float | None] = field(default_factory=dict)  # null: the field cleared (no delay, no rate)
+    port: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> ShapeRequest:
-        c = Checker("ShapeRequest", raw, ("peer", "class", "link_class", "shaping"))
+        c = Checker("ShapeRequest", raw, ("peer", "port", "class", "link_class", "shaping"))
         key = "class" if "class" in raw or "link_class" not in raw else "link_class"
-        body = cls(c.field("peer", _hex_key), c.field("link_class", _optional(as_str), None, key=key),
-                   c.field("shaping", _floats(nullable=True), {}))
+        body = cls(c.field("peer", _optional(_hex_key), None), c.field("link_class", _optional(as_str), None, key=key),
+                   c.field("shaping", _floats(nullable=True), {}),
+                   c.field("port", _optional(_int(ge=1, le=MAX_PORTS)), None))
+        if not c.errors and body.peer is None and body.port is None:
+            c.rule("give 'peer' (a public key: every peering with it) or 'port' (one peering), or both")
         c.done()
         return body
 
@@ -319,12 +328,16 @@ class _Handlers:
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, ShapeRequest)
+        peer = bytes.fromhex(body.peer) if body.peer is not None else None
         try:
-            shapes = self.node.set_link_shape(bytes.fromhex(body.peer), body.link_class, body.shaping)
+            shapes = self.node.set_link_shape(peer, body.link_class, body.shaping, port=body.port)
         except (ValueError, KeyError) as exc:
             return _error(422, str(exc))
+        if not shapes and body.port is not None:
+            key = f" {body.peer[:16]}..." if body.peer is not None else ""
+            return _error(404, f"port {body.port}: no peer{key} on this port")
         if not shapes:
-            return _error(404, f"peer {body.peer[:16]}...: not connected")
+            return _error(404, f"peer {str(body.peer)[:16]}...: not connected")
         return JSONResponse({"ports": sorted(shapes), "shapes": {str(p): s for p, s in sorted(shapes.items())}})
 
     async def adversary(self, request: Request) -> JSONResponse:

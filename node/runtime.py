@@ -140,6 +140,7 @@ class Node:
             if conn is not None:
                 p["link_class"] = conn.link.link_class
                 p["remote"] = conn.remote
+                p["shape"] = conn.shaper.shape.model_dump(exclude_defaults=True) if conn.shaper is not None else {}
         return s
 
     def routes(self) -> list[dict[str, Any]]:
@@ -200,24 +201,27 @@ class Node:
         attack = self.router.attack
         return attack.describe() if attack is not None else {"strategy": "none"}
 
-    def set_link_shape(self, peer: bytes, link_class: str | None,
-                       shaping: Mapping[str, float | None]) -> dict[int, dict[str, Any]]:
+    def set_link_shape(self, peer: bytes | None, link_class: str | None, shaping: Mapping[str, float | None], *,
+                       port: int | None = None) -> dict[int, dict[str, Any]]:
         """``POST /peers/shape``: shape the peerings with ``peer`` as ``link_class`` (default: their class) with
         ``shaping`` overriding its fields, a None clearing one (no delay, no rate limit, ...); later peerings with
-        ``peer`` get the same shape. Returns each changed port's shape (its non-default fields). Raises ValueError
+        ``peer`` get the same shape. With ``port``: the peering on that port alone (and only if its key is
+        ``peer``, when given), not remembered for later peerings (a radio link among several peerings of a pair).
+        Returns each changed port's shape (its non-default fields), {} when none matched. Raises ValueError
         (unknown class or field)."""
         unknown = sorted(set(shaping) - set(LinkShape.model_fields))
         if unknown:
             raise ValueError(f"shaping: unknown field {unknown[0]!r} (known: {', '.join(LinkShape.model_fields)})")
         out: dict[int, dict[str, Any]] = {}
-        for port, conn in sorted(self.peers.items()):
-            if conn.key != peer:
+        for p, conn in sorted(self.peers.items()):
+            if (port is not None and p != port) or (peer is not None and conn.key != peer):
                 continue
             fields = {**resolve_class(link_class or conn.link.link_class).shape.model_dump(), **shaping}
             shape = LinkShape(**{k: v for k, v in fields.items() if v is not None})
             conn.set_shape(shape)
-            self.link_shapes[peer] = shape
-            out[port] = shape.model_dump(exclude_defaults=True)
+            if port is None:
+                self.link_shapes[conn.key] = shape
+            out[p] = shape.model_dump(exclude_defaults=True)
         return out
 
     # ================================================================ peers (node.peering.PeerHost)

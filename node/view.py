@@ -178,8 +178,8 @@ class AdminView(NodeView, Protocol):
         """``POST /adversary`` with a strategy (node.core.attacks; ``none``: honest again). Raises ValueError."""
         ...
 
-    def set_link_shape(self, peer: bytes, link_class: str | None,
-                       shaping: Mapping[str, float | None]) -> dict[int, dict[str, Any]]:
-        """``POST /peers/shape``: reshape the peerings with ``peer`` (a None clears a field); each port's new
-        shape. Raises ValueError."""
+    def set_link_shape(self, peer: bytes | None, link_class: str | None, shaping: Mapping[str, float | None], *,
+                       port: int | None = None) -> dict[int, dict[str, Any]]:
+        """``POST /peers/shape``: reshape the peerings with ``peer``, or the one on ``port`` (a None clears a
+        field); each port's new shape. Raises ValueError."""
         ...

@@ -45,7 +45,12 @@ ROWS: list[tuple[Any, dict[str, Any], str, str]] = [
     (AdversaryRequest, {'strategy': 5}, 'strategy', 'Input should be a valid string'),
     (AdversaryRequest, {'params': 5}, 'params', 'Input should be a valid dictionary'),
     (AdversaryRequest, {'drop': {'a': None}}, 'drop.a', 'Input should be a valid number'),
-    (ShapeRequest, {}, 'peer', 'Field required'),
+    (ShapeRequest, {}, '', "Value error, give 'peer' (a public key: every peering with it) or 'port' (one peering), or both"),
+    (ShapeRequest, {'peer': None, 'port': None}, '', "Value error, give 'peer' (a public key: every peering with it) or 'port' (one peering), or both"),
+    (ShapeRequest, {'port': 0}, 'port', 'Input should be greater than or equal to 1'),
+    (ShapeRequest, {'port': 254}, 'port', 'Input should be less than or equal to 253'),
+    (ShapeRequest, {'port': 'x'}, 'port', 'Input should be a valid integer, unable to parse string as an integer'),
+    (ShapeRequest, {'port': 1.5}, 'port', 'Input should be a valid integer, got a number with a fractional part'),
     (ShapeRequest, {'peer': 'zz'}, 'peer', 'Value error, must be 64 hex digits (an ed25519 public key)'),
     (ShapeRequest, {'peer': K, 'class': 5}, 'class', 'Input should be a valid string'),
     (ShapeRequest, {'peer': K, 'class': 'lan', 'shaping': {'delay_ms': 'abc'}}, 'shaping.delay_ms', 'Input should be a valid number, unable to parse string as a number'),
@@ -78,6 +83,8 @@ def test_good_bodies_take_defaults_and_coerce_as_before() -> None:
     shape = ShapeRequest.parse({"peer": K, "class": "lan", "shaping": {"delay_ms": None, "loss_pct": 1}})
     assert shape.link_class == "lan" and shape.shaping == {"delay_ms": None, "loss_pct": 1.0}
     assert ShapeRequest.parse({"peer": K, "link_class": "lan"}).link_class == "lan"
+    assert ShapeRequest.parse({"port": "7"}) == ShapeRequest(None, None, {}, 7)
+    assert ShapeRequest.parse({"port": 7, "peer": K}) == ShapeRequest(K, None, {}, 7)
     assert TrafficRequest.parse({"key": K}) == TrafficRequest(K, 64, 10_000, 64, 60.0)
 
 
