@@ -134,7 +134,7 @@ class SwarmBackend(DockerBackend):
             raise SwarmError(f"topology {topology.name}: multicast nodes ({', '.join(multicast)}) need a LAN segment "
                              "with multicast, which overlay networks do not carry (use --backend docker)")
 
-    def workers(self) -> list[str]:
+    def worker_hosts(self) -> list[str]:
         """The hostnames of the swarm's nodes that take tasks (ready, availability active), sorted."""
         return sorted((n.get("Description") or {}).get("Hostname", "") for n in self.api.nodes()
                       if (n.get("Status") or {}).get("State") == "ready"
@@ -148,7 +148,7 @@ class SwarmBackend(DockerBackend):
         names = [n.name for n in topology.nodes if not n.host]
         links = [(ln.a, ln.b, ln.link_class) for ln in topology.links]
         try:
-            return plan_hosts(names, topology.pins, links, topology.placement, self.workers())
+            return plan_hosts(names, topology.pins, links, topology.placement, self.worker_hosts())
         except PlacementError as exc:
             raise SwarmError(f"topology {topology.name}: {exc}") from None
 

@@ -388,6 +388,7 @@ class Topology(BaseModel):
             **({"radios": {k: r.model_dump(mode="json", exclude_defaults=True) for k, r in self.radios.items()}}
                if self.radios else {}),
             **({"movement": self.movement.model_dump(mode="json", exclude_defaults=True)} if self.movement else {}),
+            **({"placement": self.placement.model_dump(mode="json")} if self.placement is not None else {}),
         }
 
     def variants(self, default: VariantSpec | None = None) -> dict[str, VariantSpec]:

@@ -93,8 +93,10 @@ def test_cluster_up_three_hosts(cluster: dict[str, Any]) -> None:
 def test_mesh12_spread_then_root_host_crash(cluster: dict[str, Any], tmp_path: Path) -> None:
     share: Path = cluster["share"]
     topo = share / "mesh-12-lossless.yaml"  # userspace shaping drops a lost announcement whole (test_swarm.py)
-    topo.write_text(MESH12.read_text() + "\nclasses:\n  bluetooth: {shape: {loss_pct: 0}}\n"
-                    "  remote: {shape: {loss_pct: 0}}\n")
+    # placed by snekbed: each site (its lan links) on one host, site B pinned to h1 through n06 (docs/multi-host.md)
+    text = MESH12.read_text().replace("  - n06\n", "  - {name: n06, host: h1}\n")
+    topo.write_text(text + "\nclasses:\n  bluetooth: {shape: {loss_pct: 0}}\n  remote: {shape: {loss_pct: 0}}\n"
+                    "placement: {spread: true, local: [lan]}\n")
     scenario = share / "host-crash.yaml"
     scenario.write_text(HOST_CRASH)
     env = {"DOCKER_HOST": cluster["docker_host"]}
@@ -106,6 +108,13 @@ def test_mesh12_spread_then_root_host_crash(cluster: dict[str, Any], tmp_path: P
     meta = json.loads((run_dir / "meta.json").read_text())
     placed = meta["swarm"]["placements"]
     assert len(placed) == 12 and {p["host"] for p in placed.values()} == {"h1", "h2", "h3"}, placed
+    assert meta["swarm"]["planned"] == {n: p["host"] for n, p in placed.items()}, meta["swarm"]  # ran where planned
+    sites = [[f"n{i:02d}" for i in range(first, first + 4)] for first in (1, 5, 9)]
+    assert [len({placed[n]["host"] for n in site}) for site in sites] == [1, 1, 1], placed
+    assert placed["n05"]["host"] == "h1" and {placed["n01"]["host"], placed["n09"]["host"]} == {"h2", "h3"}
+    # the links that cross hosts: the remote ring and the bluetooth links between sites, none of the lan links
+    links = {ln["index"]: ln for ln in meta["links"]}
+    assert sorted(links[i]["class"] for i in meta["swarm"]["crossing_links"]) == ["bluetooth"] * 2 + ["remote"] * 3
     steps = out["steps"]
     assert [s["action"] for s in steps] == ["wait", "host_crash"], steps
     crash = steps[1]

@@ -62,6 +62,8 @@ def test_spread_balances_and_local_classes_share_a_host() -> None:
     assert {plan[n] for n in ("n05", "n06", "n07", "n08")} == {"h1"}
     assert {plan["n01"], plan["n09"]} == {"h2", "h3"}
     assert _plan(pinned) == plan  # the same topology and hosts: the same placement
+    again = Topology.from_data(pinned.to_record())  # what a run keeps (topology.json) and the chaos engine rebuilds
+    assert (again.placement, again.pins) == (pinned.placement, pinned.pins) and _plan(again) == plan
 
 
 def test_a_pin_to_a_host_the_swarm_lacks_is_refused() -> None:
