@@ -9,15 +9,20 @@ that segment (``--inbound tcp://SUBNET?class=..``). No peering exists on it unti
   address on the segment, the URI carrying the radio's class and its whole shape (applied by the nodes' transport:
   the kernel cannot shape one pair on a shared segment);
 * a radio link **down** is ``DELETE /peers/PORT`` of that peering on the dialer: it closes at once (the listener
-  sees EOF) and is not redialled.
+  sees EOF) and is not redialled;
+* a radio with **loss over distance** reshapes a link when its distance loss, in whole percent, changes (and once
+  after the up when it is not 0): ``POST /peers/shape`` with ``"port"`` (that peering alone, not the pair's other
+  peerings) on both ends, the whole shape named (:func:`~orchestrator.backends.radio_links.radio_shape`: the class's
+  shape, its loss and the distance's combined, as in process). The dialer knows its port from the up; the
+  listener's is the peering its ``GET /state`` lists with the dialer's key from the dialer's address on the radio's
+  segment.
 
 :class:`DockerRadioLinks` is :class:`~orchestrator.backends.radio_links.MovingRadios` with that network: the same
 world, seed and tick give the same sequence of link changes as in process, since each tick moves the nodes to where
 they are at its scheduled instant. :meth:`DockerRadioLinks.run` (a trio task) runs the ticks on ``time.monotonic``
 and carries out each tick's changes, downs before ups, pairs concurrently; the **effect delay** of each change is
 from the instant it was scheduled for to the admin API's answer that it is done (the peering up, or closed), its
-p50 and p99 in :meth:`DockerRadioLinks.report`. Loss over distance is not applied on Docker (the radio's class
-shape is); the report says so.
+p50 and p99 in :meth:`DockerRadioLinks.report`, beside the reshapes asked, done and failed, and their delay.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from contract.links import LinkClass
 from orchestrator.backends.docker_net import AddressPlan
 from orchestrator.backends.docker_observe import AdminClient, AdminError
 from orchestrator.backends.docker_plan import NODE_PEER_PORT, radio_query
-from orchestrator.backends.radio_links import MobilityLog, MovingRadios
+from orchestrator.backends.radio_links import MobilityLog, MovingRadios, radio_shape
 from orchestrator.model.mobility_spec import World
 from orchestrator.model.radio_graph import Radio, RadioLink
 from orchestrator.model.topology import Topology
@@ -51,6 +56,8 @@ POLL_S = 0.02
 UP_TIMEOUT_S = 3.0
 #: changes carried out at once (admin API calls in threads)
 CONCURRENCY = 16
+#: how long a reshape looks for the listener's end of a peering just made (its /state lists it once it attached)
+LISTENER_WAIT_S = 2.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -63,12 +70,34 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass
 class _Peering:
-    """A radio link made on Docker: ``dialer`` dials ``uri`` (the listener's address on the radio's segment)."""
+    """A radio link of ``radio`` made on Docker: ``dialer`` dials ``uri`` (the listener's address on the radio's
+    segment); once up, ``port`` and ``key`` are the dialer's port for it and the listener's key; ``listener_port``
+    and ``dialer_key`` the other end's, once a reshape looked them up."""
 
     dialer: str
     listener: str
     uri: str
+    radio: str = ""
     port: int | None = None
+    key: str | None = None
+    listener_port: int | None = None
+    dialer_key: str | None = None
+
+
+@dataclass(frozen=True)
+class _Op:
+    """A change to carry out: ``up``, ``down`` or ``shape`` (with ``loss_pct`` added by distance) of ``peering``,
+    scheduled for ``scheduled``."""
+
+    kind: str
+    peering: _Peering
+    scheduled: float
+    loss_pct: int = 0
+
+
+def _host(remote: object) -> str:
+    """The host of a peering's ``remote`` as /state lists it (``tcp://HOST:PORT``, a dialled URI's query too)."""
+    return str(remote or "").removeprefix("tcp://").split("?")[0].rsplit(":", 1)[0]
 
 
 class DockerRadioLinks(MovingRadios):
@@ -86,12 +115,15 @@ class DockerRadioLinks(MovingRadios):
         self._ids = itertools.count(1)
         self._due: list[tuple[float, int, Callable[[float], None]]] = []
         self._tie = itertools.count()
-        self._ops: list[tuple[str, _Peering, float]] = []  # (up | down, peering, scheduled instant)
+        self._ops: list[_Op] = []
         self._scheduled: float | None = None  # the instant the tick being run was scheduled for
         self._in_flight = 0
         self.delays: dict[str, list[float]] = {"up": [], "down": []}
         self.late_s: list[float] = []  # how late each tick started
         self.failures: list[str] = []
+        self.reshapes_asked = 0
+        self.reshape_delays: list[float] = []  # of the reshapes done (both ends answered)
+        self.reshape_failures: list[str] = []
 
     # ------------------------------------------------------------------ MovingRadios on Docker
 
@@ -106,9 +138,12 @@ class DockerRadioLinks(MovingRadios):
         seg = self.plan.radios[name]
         listener = max(a, b)
         lid = next(self._ids)
-        p = _Peering(min(a, b), listener, f"tcp://{seg.members[listener]}:{NODE_PEER_PORT}?{self.queries[name]}")
+        p = _Peering(min(a, b), listener, f"tcp://{seg.members[listener]}:{NODE_PEER_PORT}?{self.queries[name]}",
+                     name)  # fmt: skip
         self.peerings_made[lid] = p
-        self._ops.append(("up", p, self._when()))
+        self._ops.append(_Op("up", p, self._when()))
+        if loss_pct:  # the URI carries the class's shape: the distance's loss follows once it is up
+            self._shape_later(p, loss_pct)
         return lid
 
     def is_up(self, lid: int) -> bool:
@@ -117,10 +152,16 @@ class DockerRadioLinks(MovingRadios):
     def disconnect(self, lid: int, reason: str) -> None:
         p = self.peerings_made.pop(lid, None)
         if p is not None:
-            self._ops.append(("down", p, self._when()))
+            self._ops.append(_Op("down", p, self._when()))
 
     def reshape(self, lid: int, radio: Radio, loss_pct: int) -> None:
-        """Loss over distance is not applied on Docker (the radio's class shape is): nothing to do."""
+        p = self.peerings_made.get(lid)
+        if p is not None:
+            self._shape_later(p, loss_pct)
+
+    def _shape_later(self, p: _Peering, loss_pct: int) -> None:
+        self.reshapes_asked += 1
+        self._ops.append(_Op("shape", p, self._when(), loss_pct))
 
     def _when(self) -> float:
         return self._scheduled if self._scheduled is not None else self.now()
@@ -149,22 +190,29 @@ class DockerRadioLinks(MovingRadios):
                     self._in_flight = 0
             await trio.sleep(POLL_S)
 
-    async def _carry_out(self, ops: list[tuple[str, _Peering, float]], limiter: trio.CapacityLimiter) -> None:
-        """Each pair's changes in order, the pairs at once (downs first within a tick: RadioGraph's order)."""
-        by_pair: dict[tuple[str, str], list[tuple[str, _Peering, float]]] = {}
+    async def _carry_out(self, ops: list[_Op], limiter: trio.CapacityLimiter) -> None:
+        """Each pair's changes in order, the pairs at once (downs first within a tick: RadioGraph's order; a
+        link's reshape after its up)."""
+        by_pair: dict[tuple[str, str], list[_Op]] = {}
         for op in ops:
-            by_pair.setdefault((op[1].dialer, op[1].listener), []).append(op)
+            by_pair.setdefault((op.peering.dialer, op.peering.listener), []).append(op)
 
-        async def pair(changes: list[tuple[str, _Peering, float]]) -> None:
-            for kind, p, scheduled in changes:
+        async def pair(changes: list[_Op]) -> None:
+            for op in changes:
                 async with limiter:
-                    ok = await trio.to_thread.run_sync(self._up if kind == "up" else self._down, p)
+                    ok = await trio.to_thread.run_sync(self._do, op)
                 if ok:
-                    self.delays[kind].append(self.now() - scheduled)
+                    (self.reshape_delays if op.kind == "shape" else self.delays[op.kind]).append(
+                        self.now() - op.scheduled)
 
         async with trio.open_nursery() as nursery:
             for changes in by_pair.values():
                 nursery.start_soon(pair, changes)
+
+    def _do(self, op: _Op) -> bool:
+        if op.kind == "shape":
+            return self._shape(op.peering, op.loss_pct)
+        return self._up(op.peering) if op.kind == "up" else self._down(op.peering)
 
     def _up(self, p: _Peering) -> bool:
         """``POST /peers`` on the dialer; True once the peering is up."""
@@ -177,7 +225,7 @@ class DockerRadioLinks(MovingRadios):
             self.failures.append(f"up {p.dialer}->{p.listener}: not up within {UP_TIMEOUT_S:g} s ({got.get('status')}, "
                                  f"{got.get('last_error')})")
             return False
-        p.port = int(got["port"])
+        p.port, p.key = int(got["port"]), str(got["key"])
         return True
 
     def _down(self, p: _Peering) -> bool:
@@ -196,6 +244,62 @@ class DockerRadioLinks(MovingRadios):
             return False
         return True
 
+    def _shape(self, p: _Peering, loss_pct: int) -> bool:
+        """``POST /peers/shape`` of this peering alone (``port``, with the other end's key) on both ends: the radio's
+        class shape with ``loss_pct`` added (every field named, so the node's class table plays no part); True
+        once both answered. A port no longer this peering's (it reconnected) is looked up again, once."""
+        shaping = radio_shape(self.classes[p.radio], loss_pct).model_dump()
+        what = f"reshape {p.dialer}->{p.listener} ({p.radio}, +{loss_pct} %)"
+        if p.port is None:
+            self.reshape_failures.append(f"{what}: the peering is not up")
+            return False
+        try:
+            self._shape_end(p.dialer, (p.port, p.key), lambda: self._dialer_port(p), shaping)
+            self._shape_end(p.listener, (p.listener_port, p.dialer_key), lambda: self._listener_port(p), shaping)
+        except AdminError as exc:
+            self.reshape_failures.append(f"{what}: {exc}")
+            return False
+        return True
+
+    def _shape_end(self, node: str, known: tuple[int | None, str | None],
+                   find: Callable[[], tuple[int | None, str | None]], shaping: dict[str, Any]) -> None:
+        """Shape ``node``'s end of a peering: its (port, peer key) ``known``, else (or when the node refuses it:
+        the peering reconnected on another port) as ``find`` reads them from its /state. Raises AdminError."""
+        port, key = known
+        for attempt in range(2):
+            if port is None or attempt:
+                port, key = find()
+            if port is None:
+                raise AdminError(f"{node}: no peering of this link in its /state")
+            try:
+                self.admin.post(node, "/peers/shape", {"port": port, "peer": key, "class": None, "shaping": shaping})
+                return
+            except AdminError:
+                if attempt:
+                    raise
+
+    def _dialer_port(self, p: _Peering) -> tuple[int | None, str | None]:
+        """The dialer's port and peer key for ``p`` now, from its /state (the peering dialled ``p.uri``)."""
+        x = next((x for x in self.admin.state(p.dialer).get("peers", []) if x.get("remote") == p.uri), None)
+        if x is not None:
+            p.port, p.key = int(x["port"]), str(x["key"])
+        return (p.port, p.key) if x is not None else (None, None)
+
+    def _listener_port(self, p: _Peering) -> tuple[int | None, str | None]:
+        """The listener's port and peer key for ``p``, from its /state: the peering from the dialer's address on
+        the radio's segment (waiting up to LISTENER_WAIT_S for it: the dialer's answer may come first)."""
+        dialer_ip = self.plan.radios[p.radio].members[p.dialer]
+        deadline = self.now() + LISTENER_WAIT_S
+        while True:
+            peers = self.admin.state(p.listener).get("peers", [])
+            x = next((x for x in peers if _host(x.get("remote")) == dialer_ip), None)
+            if x is not None:
+                p.listener_port, p.dialer_key = int(x["port"]), str(x["key"])
+                return p.listener_port, p.dialer_key
+            if self.now() >= deadline:
+                return None, None
+            time.sleep(0.05)
+
     @property
     def busy(self) -> bool:
         """Changes asked for and not carried out yet."""
@@ -208,18 +312,19 @@ class DockerRadioLinks(MovingRadios):
         made = set(self.peerings_made)
         return sorted(link for link, lid in self.peerings.items() if lid in made)
 
-    def peered_now(self, names: list[str]) -> set[RadioLink]:
+    def peered_now(self, names: list[str]) -> dict[RadioLink, dict[str, float]]:
         """The radio peerings the nodes ``names`` list now, read from their admin APIs (either end's listing
-        counts): what is really up. A peering's remote address is on a radio's segment."""
+        counts): what is really up. A peering's remote address is on a radio's segment. Each with the loss its
+        listing ends' shapers apply now (``loss_pct`` of /state's ``shape``, 0 for none), by node."""
         on_radio = {ip: (radio, node) for radio, seg in self.plan.radios.items() for node, ip in seg.members.items()}
-        out: set[RadioLink] = set()
+        out: dict[RadioLink, dict[str, float]] = {}
         for name, doc in self.admin.states(names).items():
             for x in (doc or {}).get("peers", []):
-                host = str(x.get("remote") or "").removeprefix("tcp://").split("?")[0].rsplit(":", 1)[0]
+                host = _host(x.get("remote"))
                 if host in on_radio:
                     radio, other = on_radio[host]
                     a, b = sorted((name, other))
-                    out.add((a, b, radio))
+                    out.setdefault((a, b, radio), {})[name] = float((x.get("shape") or {}).get("loss_pct", 0.0))
         return out
 
     def report(self) -> dict[str, Any]:
@@ -235,4 +340,6 @@ class DockerRadioLinks(MovingRadios):
             "tick_late_p99": ms(self.late_s, 99),
             "mean_ms": None if not both else round(statistics.fmean(both) * 1000, 1)},
             "failed_changes": len(self.failures), "failures": self.failures[:10],
-            "unapplied": [r.name for r in self.world.radios if r.loss_edge_pct]}  # loss over distance: not on Docker
+            "reshapes": {"asked": self.reshapes_asked, "done": len(self.reshape_delays),
+                         "failed": len(self.reshape_failures), "failures": self.reshape_failures[:10],
+                         "p50_ms": ms(self.reshape_delays, 50), "p99_ms": ms(self.reshape_delays, 99)}}

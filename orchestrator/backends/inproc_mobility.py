@@ -17,9 +17,9 @@ from contract.links import LinkClass, LinkShape, link_type_number
 from netem.userspace import shaper_factory
 
 from orchestrator.backends.inproc import InprocNetwork
-from orchestrator.backends.radio_links import MobilityLog, MovingRadios
+from orchestrator.backends.radio_links import MobilityLog, MovingRadios, radio_shape
 from orchestrator.model.mobility_spec import World
-from orchestrator.model.radio_graph import Radio, RadioLink, combined_loss_pct
+from orchestrator.model.radio_graph import Radio, RadioLink
 
 __all__ = ["MobilityLog", "RadioLinks"]
 
@@ -59,10 +59,7 @@ class RadioLinks(MovingRadios):
         """``connect``'s options for a link of ``radio`` with ``loss_pct`` added by distance (as sim.link_options
         shapes a fixed link: a peering is a reliable stream, so a lost segment arrives late, not never)."""
         cls = self.classes[radio.name]
-        shape = cls.shape
-        if loss_pct:
-            shape = LinkShape.model_validate({**shape.model_dump(),
-                                              "loss_pct": combined_loss_pct(shape.loss_pct, loss_pct)})
+        shape = radio_shape(cls, loss_pct)
         opts: dict[str, Any] = {"link_type": link_type_number(cls)}
         if shape != LinkShape():
             opts["shaper"] = shaper_factory(shape, loss_mode="retransmit")

@@ -20,14 +20,26 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from contract.links import LinkClass
+from contract.links import LinkClass, LinkShape
 from contract.mobility import MOBILITY_FILE
 
 from orchestrator.model.mobility import Mover, Point, distance
 from orchestrator.model.mobility_spec import World
-from orchestrator.model.radio_graph import LinkChange, Radio, RadioGraph, RadioLink
+from orchestrator.model.radio_graph import LinkChange, Radio, RadioGraph, RadioLink, combined_loss_pct
 
-__all__ = ["MobilityLog", "MovingRadios"]
+__all__ = ["MobilityLog", "MovingRadios", "radio_shape"]
+
+
+def radio_shape(link_class: LinkClass, loss_pct: float) -> LinkShape:
+    """The shape of a radio link of ``link_class`` with ``loss_pct`` added by distance (Radio.loss_pct, in whole
+    percent as MovingRadios rounds it): the class's shape, its loss and the distance's combined as two independent
+    losses (radio_graph.combined_loss_pct), to 6 decimals (8.0, not 7.9999999999999964, in a node's /state). The
+    same on every network (in process and on Docker)."""
+    shape = link_class.shape
+    if not loss_pct:
+        return shape
+    loss = round(combined_loss_pct(shape.loss_pct, loss_pct), 6)
+    return LinkShape.model_validate({**shape.model_dump(), "loss_pct": loss})
 
 
 class MobilityLog:
@@ -146,9 +158,12 @@ class MovingRadios:
         return (self._halted_at if not self.running else now) - self._origin
 
     def start(self) -> None:
-        """Place every node and make the radio links at the network's current time; the ticks follow."""
-        self.t0 = self._origin = self.now()
-        self._stretch(self.now(), self.world.duration_s)
+        """Place every node and make the radio links at the network's current time; the ticks follow. The clock is
+        read once: on the wall clock two reads differ, and every tick's movers' time would be off by that much (a
+        distance exactly on a threshold, or on a half percent of loss, would round otherwise than in process)."""
+        now = self.now()
+        self.t0 = self._origin = now
+        self._stretch(now, self.world.duration_s)
 
     def _stretch(self, since: float, duration_s: float) -> None:
         """Movement from ``since`` for ``duration_s``: a tick at once and every ``tick_s`` after."""
@@ -184,8 +199,9 @@ class MovingRadios:
         """Move again from now for ``duration_s``, from where the nodes stood (False when it was running)."""
         if self.running:
             return False
-        self._origin += self.now() - self._halted_at
-        self._stretch(self.now(), duration_s)
+        now = self.now()  # read once, as in start
+        self._origin += now - self._halted_at
+        self._stretch(now, duration_s)
         return True
 
     def replace(self, name: str, mover: Mover) -> None:

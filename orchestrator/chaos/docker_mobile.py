@@ -79,12 +79,16 @@ class MobileDockerChaos(MovementSteps, DockerChaos):
             self._moving.cancel()
         live = sorted(self._live())
         made = set(self.radio.made_links())
-        peered = await trio.to_thread.run_sync(self.radio.peered_now, live)
+        losses = await trio.to_thread.run_sync(self.radio.peered_now, live)
+        peered = set(losses)
+        lossy = {r.name for r in self.world.radios if r.loss_edge_pct}  # loss over distance: what each end applies
         self.report["mobility"] = {**self.radio.report(), "moved_s": round(self.radio.moved_s(), 3),
                                    "components": nx.number_connected_components(self.live_graph()),
                                    "peered_at_end": {"made": len(made), "peered": len(peered),
                                                      "missing": sorted(map(list, made - peered))[:10],
-                                                     "extra": sorted(map(list, peered - made))[:10]}}  # fmt: skip
+                                                     "extra": sorted(map(list, peered - made))[:10],
+                                                     "loss_pct": {f"{a}--{b} {r}": ends for (a, b, r), ends
+                                                                  in sorted(losses.items()) if r in lossy}}}  # fmt: skip
         if self.radio.log is not None:
             self.radio.log.close()
 

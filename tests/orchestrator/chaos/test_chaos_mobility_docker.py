@@ -1,7 +1,8 @@
 """Nodes that move on Docker (docs/mobility.md, "On Docker"): five containers replay an ns-2 trace on the wall clock,
 their radio peerings made and closed through the admin APIs as the radio graph says, with the checker running;
-the same trace in process gives the same sequence of link changes. Real engine, real node image, run as the CLI.
-Nothing labelled with the run may be left afterwards."""
+the LAN radio's loss over distance reshapes its peerings (``POST /peers/shape`` of that peering's port on both
+ends); the same trace in process gives the same sequence of link changes. Real engine, real node image, run as the
+CLI. Nothing labelled with the run may be left afterwards."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ name: tracewalk
 movement: {tick_s: 0.5, duration_s: 24}
 radios:
   bluetooth: {range_m: 10}
-  lan: {range_m: 25, class: lan}
+  lan: {range_m: 25, class: lan, loss: {edge_pct: 10, start_fraction: 0.2}}
 nodes:
 """ + "".join(f"  - {{name: {n}, mobility: {{model: trace, file: moves.tcl, id: {i}}}}}\n" for i, n in enumerate("abcde"))
 
@@ -89,6 +90,15 @@ def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp
         assert 0 < effect["p50"] <= effect["p99"], effect  # measured (the 30-node figures: docs/mobility.md)
         end = m["peered_at_end"]  # what the nodes list, read from their admin APIs, is what the radio graph says
         assert end["made"] == end["peered"] == m["radio_links"] == 3 and not end["missing"] and not end["extra"]
+        # loss over distance: 53 reshapes of LAN peerings (as in process: 46 as the distance's whole percent
+        # changes, 7 after ups not at 0 %), each done on both ends; at the end a--b are 8 m apart (10 % * (8 - 5) /
+        # (25 - 5) = 1.5, 2 %) and c--e 20.6 m (7.8, 8 %): the loss both ends' shapers apply, as their /state lists
+        # them (the LAN class loses nothing of its own)
+        reshapes = m["reshapes"]
+        assert (reshapes["asked"], reshapes["done"], reshapes["failed"]) == (53, 53, 0), reshapes
+        assert 0 < reshapes["p50_ms"] <= reshapes["p99_ms"], reshapes
+        assert end["loss_pct"] == {"a--b lan": {"a": 2.0, "b": 2.0}, "c--e lan": {"c": 8.0, "e": 8.0}}, end
+        assert "unapplied" not in m
         assert out["watch"]["readings"] >= 4 and out["watch"]["verdict"] == "pass"
         assert out["traffic"]["delivered"] > 0
         run = Path(out["run_dir"])
