@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic import Field as PField
 
+from contract.lines import __all__ as _LINES_ALL
 from contract.lines import (
     ACTION_FIELDS,
     ACTIONS,
@@ -38,25 +39,7 @@ from contract.lines import (
 )
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "Field",
-    "FIELD_KINDS",
-    "COMMON_FIELDS",
-    "EVENT_TYPES",
-    "EVENT_FIELDS",
-    "PING_MODES",
-    "DIRECTIONS",
-    "ACTION_FIELDS",
-    "ACTIONS",
-    "DISRUPTIVE_ACTIONS",
-    "PING_FIELDS",
-    "META_FIELDS",
-    "META_BACKENDS",
-    "META_CLOCKS",
-    "RUN_FILES",
-    "Reason",
-    "validate_event",
-    "validate_record",
+    *_LINES_ALL,  # the lines' rules, re-exported
     "RunMeta",
     "AbMeta",
     "AB_ARMS",

@@ -13,18 +13,11 @@ import httpx
 import pytest
 
 from tests.ci import need_module
+from tests.orchestrator.tools.test_view_motion import WALKERS
 from tests.orchestrator.tools.view_helpers import body, boxes, chromium, screenshot, served, snekbed, wait_page
 
 pytestmark = [pytest.mark.slow]
 
-WALKERS = """\
-name: walkers
-movement: {tick_s: 1, duration_s: 10}
-radios:
-  bluetooth: {range_m: 30}
-  lan: {range_m: 60, class: lan}
-nodes:
-"""
 
 
 @pytest.fixture(scope="module")
