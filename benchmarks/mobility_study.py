@@ -99,6 +99,33 @@ def run_speed(args: argparse.Namespace, speed: float, root: Path) -> dict[str, A
     }  # fmt: skip
 
 
+def run_one_arm(args: argparse.Namespace, speed: float, root: Path) -> dict[str, Any]:
+    """``--one-arm``: arm A alone, each seed through ``snekbed chaos --json`` (no Spark): delivery among connected
+    pairs from the run's own ``mobility.delivery``, mean and 95 % interval (normal) over the seeds."""
+    d = root / f"speed-{speed:g}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "topology.yaml").write_text(topology(args.nodes, speed, args.area_m, args.walk_s, args.bluetooth_m,
+                                              args.lan_m, args.layout_seed))
+    (d / "scenario.yaml").write_text(SCENARIO.format(rate=args.rate, pairs=args.pairs, walk_s=args.walk_s,
+                                                     after_s=args.check_after_s))
+    docs = []
+    for seed in range(args.seeds):
+        cmd = [sys.executable, "-m", "orchestrator.cli", "chaos", str(d / "scenario.yaml"), "--topology",
+               str(d / "topology.yaml"), "--seed", str(seed), "--variant", args.a, "--json", "--quiet"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"speed {speed:g} seed {seed}: snekbed chaos exited {proc.returncode}\n{proc.stderr[-2000:]}")
+        docs.append(json.loads(proc.stdout))
+    conn = [x["mobility"]["delivery"]["connected"] for x in docs]
+    ratios = [c["delivered"] / c["sent"] for c in conn if c["sent"]]
+    half = 1.96 * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else None
+    return {"speed_mps": speed, "seeds": len(docs), "link_changes_per_s": round(statistics.fmean(
+        (x["mobility"]["link_ups"] + x["mobility"]["link_downs"]) / args.walk_s for x in docs), 2),
+        "delivery_connected": statistics.fmean(ratios), "ci95_half": half,
+        "checks_passed": sum(x["steps"][-1]["verdict"] == "pass" for x in docs),
+        "watch_violations": sum((x.get("watch") or {}).get("violations", 0) for x in docs)}  # fmt: skip
+
+
 def _fmt(v: Any, nd: int = 3) -> str:
     return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, float) else str(v)
 
@@ -120,8 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--b", default="snek-s0")
     p.add_argument("--out", type=Path, default=Path("mobility-study"))
     p.add_argument("--resume", action="store_true", help="reuse a speed's finished snekbed ab result under --out")
+    p.add_argument("--one-arm", action="store_true", help="arm --a alone, snekbed chaos per seed (no A/B, no Spark)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.one_arm:
+        rows = [run_one_arm(args, float(s), args.out) for s in args.speeds.split(",")]
+        print(json.dumps(rows, indent=1))
+        return 0
     rows = [run_speed(args, float(s), args.out) for s in args.speeds.split(",")]
     (args.out / "study.json").write_text(json.dumps(rows, indent=1))
     if args.json:
