@@ -65,13 +65,19 @@ def _median(doc: dict[str, Any], metric: str, arm: str) -> float | None:
     return None if m is None or m.get(arm) is None else m[arm]["median"]
 
 
-def run_speed(args: argparse.Namespace, speed: float, root: Path) -> dict[str, Any]:
+def _inputs(args: argparse.Namespace, speed: float, root: Path) -> Path:
+    """The speed's directory under ``root``, with its topology.yaml and scenario.yaml written."""
     d = root / f"speed-{speed:g}"
     d.mkdir(parents=True, exist_ok=True)
     (d / "topology.yaml").write_text(topology(args.nodes, speed, args.area_m, args.walk_s, args.bluetooth_m,
                                               args.lan_m, args.layout_seed))
     (d / "scenario.yaml").write_text(SCENARIO.format(rate=args.rate, pairs=args.pairs, walk_s=args.walk_s,
                                                      after_s=args.check_after_s))
+    return d
+
+
+def run_speed(args: argparse.Namespace, speed: float, root: Path) -> dict[str, Any]:
+    d = _inputs(args, speed, root)
     t0 = time.monotonic()
     done = d / "ab" / "ab-result.json"  # an earlier invocation's result for this speed (--resume)
     if args.resume and done.exists():
@@ -102,12 +108,7 @@ def run_speed(args: argparse.Namespace, speed: float, root: Path) -> dict[str, A
 def run_one_arm(args: argparse.Namespace, speed: float, root: Path) -> dict[str, Any]:
     """``--one-arm``: arm A alone, each seed through ``snekbed chaos --json`` (no Spark): delivery among connected
     pairs from the run's own ``mobility.delivery``, mean and 95 % interval (normal) over the seeds."""
-    d = root / f"speed-{speed:g}"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "topology.yaml").write_text(topology(args.nodes, speed, args.area_m, args.walk_s, args.bluetooth_m,
-                                              args.lan_m, args.layout_seed))
-    (d / "scenario.yaml").write_text(SCENARIO.format(rate=args.rate, pairs=args.pairs, walk_s=args.walk_s,
-                                                     after_s=args.check_after_s))
+    d = _inputs(args, speed, root)
     docs = []
     for seed in range(args.seeds):
         cmd = [sys.executable, "-m", "orchestrator.cli", "chaos", str(d / "scenario.yaml"), "--topology",
