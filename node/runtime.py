@@ -195,11 +195,16 @@ class Node:
         return {"dropped": adv.dropped if adv is not None else 0, "active": bool(adv and adv.active)}
 
     def set_attack(self, strategy: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /adversary`` with a ``strategy`` (node.core.attacks; ``none``: honest again). Raises ValueError."""
-        self.router.set_attack(make_strategy(strategy, params, timers=self.router.t), trio.current_time())
+        """``POST /adversary`` with a ``strategy`` (node.core.attacks; ``none``: honest again): its description, and
+        under ``replaced`` the one of the strategy it replaced (what it did: ``swallowed``, ``made``), when there
+        was one. Raises ValueError."""
+        strategy_made = make_strategy(strategy, params, timers=self.router.t)
+        old = self.router.attack
+        self.router.set_attack(strategy_made, trio.current_time())
         self._dispatch()
         attack = self.router.attack
-        return attack.describe() if attack is not None else {"strategy": "none"}
+        out = attack.describe() if attack is not None else {"strategy": "none"}
+        return out | ({"replaced": old.describe()} if old is not None else {})
 
     def set_link_shape(self, peer: bytes | None, link_class: str | None, shaping: Mapping[str, float | None], *,
                        port: int | None = None) -> dict[int, dict[str, Any]]:

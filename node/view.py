@@ -175,7 +175,8 @@ class AdminView(NodeView, Protocol):
         ...
 
     def set_attack(self, strategy: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /adversary`` with a strategy (node.core.attacks; ``none``: honest again). Raises ValueError."""
+        """``POST /adversary`` with a strategy (node.core.attacks; ``none``: honest again): its description, the
+        replaced one's under ``replaced``. Raises ValueError."""
         ...
 
     def set_link_shape(self, peer: bytes | None, link_class: str | None, shaping: Mapping[str, float | None], *,

@@ -229,8 +229,10 @@ def _analyze_stages(spark: SparkSession, runs: list[RunDir], store: tables.Table
 
     t = time.perf_counter()
     say("analyze", "episodes and convergence, delivery and stretch, control overhead and churn (side by side)")
+    moving, bad_lines = read_mobility(runs)
     inputs = dataclasses.replace(_job_inputs(spark, store, ingested, timeline_bin_s, churn_bin_s),
-                                 confidence=confidence, run_dirs=tuple(runs))
+                                 confidence=confidence, run_dirs=tuple(runs), mobility_rows=tuple(moving),
+                                 mobility_bad=tuple(sorted(bad_lines.items())))
     parallel.side_by_side(workers, *(partial(chain, inputs) for chain in _CHAINS))
     say("analyze", "comparison across runs" + ("; beside it, the report's other inputs and its plots"
                                                  if store.in_memory else ""))
@@ -272,6 +274,8 @@ class _JobInputs:
     churn_bin_s: float
     confidence: float = ab.CONFIDENCE  # the A/B intervals' level
     run_dirs: tuple[RunDir, ...] = ()  # the runs' directories (mobility.jsonl is read from them on the driver)
+    mobility_rows: tuple[tuple, ...] = ()  # their mobility.jsonl lines (MOBILITY_SCHEMA rows: read_mobility)
+    mobility_bad: tuple[tuple[str, int], ...] = ()  # (run_id, bad lines) of each run with a mobility.jsonl
 
 
 def _job_inputs(spark: SparkSession, store: tables.TableStore, ingested: Ingested, timeline_bin_s: float,
@@ -293,22 +297,43 @@ def _job_inputs(spark: SparkSession, store: tables.TableStore, ingested: Ingeste
 
 
 def _convergence_chain(i: _JobInputs) -> None:
+    """Episodes (a moving run's radio link changes among them) and convergence; then the moving runs' table, which
+    gives their radio episodes' convergence."""
     store = i.store
     held = [store.arrow(name) for name in ("links", "actions", "runs")]
+    names = schemas.MOBILITY_SCHEMA.fieldNames()
+    radio = [dict(zip(names, r)) for r in i.mobility_rows] or None
     if all(rows is not None for rows in held):  # in memory: the planner's inputs are on the driver already
         link_rows, action_rows, run_rows = (rows.to_pylist() for rows in held)
         planned = episodes.episode_rows([{"run_id": r, "start_s": s} for r, s, _ in i.bound_rows], link_rows,
-                                        action_rows, run_rows)
+                                        action_rows, run_rows, radio)
         store.put_arrow("episodes", tables.arrow_table(schemas.EPISODES_SCHEMA, planned), schemas.EPISODES_SCHEMA, ())
     else:
-        store.put("episodes", episodes.episodes(i.runs, i.links, i.actions, i.bounds), (), one_file=True)
+        store.put("episodes", episodes.episodes(i.runs, i.links, i.actions, i.bounds, radio), (), one_file=True)
     eps = store.get("episodes", schemas.EPISODES_SCHEMA)
     store.put("convergence", convergence.convergence(i.events, eps, i.bounds), (), one_file=True)
+    _mobility_table(i, "mobility_runs")
+
+
+def _radio_marks(i: _JobInputs) -> DataFrame | None:
+    """The instants the moving runs' radio link changes open episodes (episodes.radio_openings), as the episodes
+    table numbers them; None when no run moves (no query then)."""
+    if not i.mobility_rows:
+        return None
+    names = schemas.MOBILITY_SCHEMA.fieldNames()
+    held = i.store.arrow("actions")
+    acts = held.to_pylist() if held is not None else \
+        [r.asDict() for r in i.actions.select("run_id", "mono_s", "action").collect()]
+    marks = episodes.radio_openings([{"run_id": r, "start_s": s} for r, s, _ in i.bound_rows], acts,
+                                    [dict(zip(names, r)) for r in i.mobility_rows])
+    schema = StructType([StructField("run_id", StringType()), StructField("t", DoubleType())])
+    return i.store.spark.createDataFrame(marks, schema).coalesce(1)
 
 
 def _delivery_chain(i: _JobInputs) -> None:
     store = i.store
-    store.put("pings_enriched", delivery.enrich_pings(i.pings, i.actions, i.bounds), (), one_file=True)
+    store.put("pings_enriched", delivery.enrich_pings(i.pings, i.actions, i.bounds, _radio_marks(i)), (),
+              one_file=True)
     enriched = store.get("pings_enriched", schemas.PINGS_ENRICHED_SCHEMA)
     store.put("delivery", delivery.delivery_summary(enriched), (), one_file=True)
     store.put("delivery_by_episode", delivery.delivery_by_episode(enriched), (), one_file=True)
@@ -329,22 +354,28 @@ def _churn_chain(i: _JobInputs) -> None:
 MOBILITY_BAD_SCHEMA = StructType([StructField("run_id", StringType()), StructField("bad_lines", LongType())])
 
 
-def _mobility_chain(i: _JobInputs) -> None:
-    """Runs whose nodes move (pipeline.jobs.mobility), from their mobility.jsonl read on the driver; without any,
-    the two tables are written empty with no Spark job (in memory) or one each."""
+def _mobility_table(i: _JobInputs, name: str) -> None:
+    """A table of the runs whose nodes move (pipeline.jobs.mobility), from their mobility.jsonl read on the driver:
+    ``mobility_timeline``, or ``mobility_runs`` (after the convergence table: it gives the radio episodes'). Without
+    any such run, written empty with no Spark job (in memory) or one."""
     store = i.store
-    rows, bad = read_mobility(i.run_dirs)
-    if not bad and store.in_memory:
-        for name, schema in (("mobility_timeline", schemas.MOBILITY_TIMELINE_SCHEMA),
-                             ("mobility_runs", schemas.MOBILITY_RUNS_SCHEMA)):
-            store.put_arrow(name, tables.arrow_table(schema, []), schema, ())
+    schema = schemas.MOBILITY_TIMELINE_SCHEMA if name == "mobility_timeline" else schemas.MOBILITY_RUNS_SCHEMA
+    if not i.mobility_bad and store.in_memory:
+        store.put_arrow(name, tables.arrow_table(schema, []), schema, ())
         return
     spark = i.pings.sparkSession
-    moving = spark.createDataFrame(tables.arrow_table(schemas.MOBILITY_SCHEMA, rows)).coalesce(1)
-    bad_lines = spark.createDataFrame(tables.arrow_table(MOBILITY_BAD_SCHEMA, sorted(bad.items())))
-    store.put("mobility_timeline", mobility.mobility_timeline(moving, i.pings, i.bounds, i.timeline_bin_s), (),
-              one_file=True)
-    store.put("mobility_runs", mobility.mobility_runs(moving, i.pings, bad_lines, i.events), (), one_file=True)
+    moving = spark.createDataFrame(tables.arrow_table(schemas.MOBILITY_SCHEMA, list(i.mobility_rows))).coalesce(1)
+    if name == "mobility_timeline":
+        store.put(name, mobility.mobility_timeline(moving, i.pings, i.bounds, i.timeline_bin_s), (), one_file=True)
+        return
+    bad_lines = spark.createDataFrame(tables.arrow_table(MOBILITY_BAD_SCHEMA, list(i.mobility_bad)))
+    conv = store.get("convergence", schemas.CONVERGENCE_SCHEMA)
+    store.put(name, mobility.mobility_runs(moving, i.pings, bad_lines, i.events, conv), (), one_file=True)
+
+
+def _mobility_chain(i: _JobInputs) -> None:
+    """The moving runs' radio links and delivery over time (their table of runs follows the convergence chain)."""
+    _mobility_table(i, "mobility_timeline")
 
 
 #: The jobs' independent chains, run side by side (each writes its own tables).

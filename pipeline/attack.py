@@ -7,10 +7,11 @@ the attack manifest (orchestrator.experiments.attack) names each run's adversari
 action). Per run (:func:`attack_runs`, Spark):
 
 * ``delivery_honest``: delivery ratio of the pings sent inside the attack window whose sender and target are
-  both honest;
-* ``victim_reachability``: of those, the pings to or from the victim (targeted attacks; null otherwise or when
-  none was sent);
-* ``stretch``: median stretch of the delivered honest pings of the window;
+  both honest, the victim's left out (a targeted attack's mesh gives the victim's pairs every other turn:
+  orchestrator.experiments.attack);
+* ``victim_reachability``: the delivery ratio of the honest pings to or from the victim (targeted attacks; null
+  otherwise or when none was sent);
+* ``stretch``: median stretch of the delivered honest pings of the window, the victim's left out;
 * ``tree_reconverged_s``, ``snake_reconverged_s``: convergence of the last episode opened at or after the window
   closed (the adversaries left: the network's recovery); 0 when no adversary acted (fraction 0: nothing to
   recover from); null (left out of the mean, counted in ``n_missing``) when it never converged;
@@ -80,12 +81,14 @@ def attack_runs(spark: SparkSession, tables: Mapping[str, str], runs: Sequence[M
         (F.col("sent_mono_s") >= F.col("t_on")) & (F.col("sent_mono_s") < F.col("t_off")))
     received = F.col("received").cast("long")
     to_victim = (F.col("sender") == F.col("victim")) | (F.col("target") == F.col("victim"))
+    others = F.coalesce(~to_victim, F.lit(True))  # no victim (null): every ping
     by_run = honest.groupBy("run_id").agg(
-        (F.sum(received) / F.count("*")).alias("delivery_honest"),
+        F.when(F.sum(others.cast("long")) > 0,
+               F.sum(F.when(others, received)) / F.sum(others.cast("long"))).alias("delivery_honest"),
         # null, not a division by zero (an error under ANSI mode), when no victim ping fell in the window
         F.when(F.sum(to_victim.cast("long")) > 0,
                F.sum(F.when(to_victim, received)) / F.sum(to_victim.cast("long"))).alias("victim_reachability"),
-        F.percentile(F.when(F.col("received"), F.col("stretch")), 0.5).alias("stretch"),
+        F.percentile(F.when(F.col("received") & others, F.col("stretch")), 0.5).alias("stretch"),
     )
     conv = read("convergence").join(window.select("run_id", "t_off"), "run_id").where(
         F.col("t0_s") >= F.col("t_off") - 1e-6)

@@ -1,8 +1,10 @@
 """The report's tables and plots of runs whose nodes move (pipeline.jobs.mobility; docs/pipeline.md, "Mobility").
 
-Two tables, shown only when some run of the analysis has a ``mobility.jsonl``: delivery among connected pairs
+Three tables, shown only when some run of the analysis has a ``mobility.jsonl``: delivery among connected pairs
 against time (with the radio links' churn in the same bins) and against the nodes' speed (one row per run, the
-slowest first). :func:`mobility_sections` gives them as (title, caption, rows, columns) for pipeline.report.
+slowest first), and the convergence of its radio episodes (each instant with a radio link change opens one: how many
+converged before the next change, and how fast; one row per run, the slowest first). :func:`mobility_sections`
+gives them as (title, caption, rows, columns) for pipeline.report.
 
 Two plots, under the same condition (``MOBILITY_PLOTS``, drawn by :func:`mobility_plots` on a matplotlib Agg canvas,
 embedded with :func:`mobility_figures`' titles and captions): delivery among connected pairs against time, a line a
@@ -40,6 +42,13 @@ MOBILITY_TEXT = {
         "known shortest path (path links over shortest-path links: mean, median), and the control frames and bytes "
         "sent per node-second of the time the nodes reported (frame_stats); bad lines: mobility.jsonl lines that "
         "broke the contract, left out."),
+    "Mobility: convergence between radio link changes": (
+        "One row per run whose nodes move, the slowest first: its radio episodes (every instant, a mobility tick, "
+        "with a radio link change the network made opens one, action radio in the Convergence table, on the graph "
+        "of the links up then), the share of them whose tree (every live node with its component's root) and snake "
+        "(ordered too) converged before the next episode began (one cut short by the next change is counted as not "
+        "converged: at speed, the honest measure of keeping up), and the median time to converge of those that did. "
+        "Radio episodes are not faults: they have no reconv_* column of their own in the A/B tables."),
 }
 
 _TIMELINE_COLS = ["run_id", ("t_bin_s", "t (run clock, s)"), "link_ups", "link_downs", "radio_links",
@@ -48,6 +57,8 @@ _TIMELINE_COLS = ["run_id", ("t_bin_s", "t (run clock, s)"), "link_ups", "link_d
 _RUNS_COLS = ["run_id", "nodes", "moved_s", "mean_speed_mps", "changes_per_s", "link_ups", "link_downs",
               "connected_sent", "connected_received", "connected_delivery", "disconnected_sent", "stretch_mean",
               "stretch_median", "control_frames_per_node_s", "control_bytes_per_node_s", "bad_lines"]
+_RADIO_COLS = ["run_id", "mean_speed_mps", "changes_per_s", "radio_episodes", "radio_tree_converged_share",
+               "radio_snake_converged_share", "radio_tree_median_s", "radio_snake_median_s"]
 
 
 def mobility_sections(timeline: list[dict], runs: list[dict]) -> list[tuple[str, str, list[dict], list[Any]]]:
@@ -55,9 +66,10 @@ def mobility_sections(timeline: list[dict], runs: list[dict]) -> list[tuple[str,
     if not runs and not timeline:
         return []
     by_speed = _by_speed(runs)
-    over_time, against_speed = MOBILITY_TEXT
+    over_time, against_speed, radio = MOBILITY_TEXT
     return [(over_time, MOBILITY_TEXT[over_time], timeline, _TIMELINE_COLS),
-            (against_speed, MOBILITY_TEXT[against_speed], by_speed, _RUNS_COLS)]
+            (against_speed, MOBILITY_TEXT[against_speed], by_speed, _RUNS_COLS),
+            (radio, MOBILITY_TEXT[radio], by_speed, _RADIO_COLS)]
 
 
 def _by_speed(runs: list[dict]) -> list[dict]:

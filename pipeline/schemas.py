@@ -62,7 +62,8 @@ __all__ = [
 
 #: Actions that open an episode (pipeline.jobs.episodes): the contract's disruptive actions, plus
 #: ``restart`` (a node coming back with a fresh state has to converge too). Here because the A/B
-#: tables have a re-convergence column per kind.
+#: tables have a re-convergence column per kind. Not ``radio`` (the episodes a radio link change opens in a run
+#: whose nodes move): no action, and no column of its own (the mobility tables have its figures).
 EPISODE_ACTIONS: tuple[str, ...] = (*DISRUPTIVE_ACTIONS, "restart")
 
 _KIND_TYPES: dict[str, DataType] = {
@@ -260,10 +261,14 @@ MOBILITY_TIMELINE_SCHEMA = StructType(
 
 #: Per run whose nodes move: how many moved, how fast (their paths between position lines over the time they were
 #: recorded moving), how often radio links changed, delivery among connected pairs, the stretch of the delivered
-#: pings and control overhead per node-second (pipeline.jobs.mobility).
+#: pings, control overhead per node-second, and its radio episodes (action 'radio' of the convergence table): how
+#: many, the share whose tree / snake converged before the next episode, the median time of those that did
+#: (pipeline.jobs.mobility).
 MOBILITY_RUNS_SCHEMA = StructType(
     _s(("run_id", S), ("nodes", L), ("moved_s", D), ("mean_speed_mps", D), ("link_ups", L), ("link_downs", L),
        ("changes_per_s", D), ("connected_sent", L), ("connected_received", L), ("connected_delivery", D),
        ("disconnected_sent", L), ("disconnected_received", L), ("bad_lines", L), ("stretch_mean", D),
-       ("stretch_median", D), ("control_frames_per_node_s", D), ("control_bytes_per_node_s", D))
+       ("stretch_median", D), ("control_frames_per_node_s", D), ("control_bytes_per_node_s", D),
+       ("radio_episodes", L), ("radio_tree_converged_share", D), ("radio_snake_converged_share", D),
+       ("radio_tree_median_s", D), ("radio_snake_median_s", D))
 )

@@ -48,7 +48,10 @@ def shared_dir() -> Path:
 # resource stay on one worker: every Spark test on the worker that holds the session's one JVM, every Docker
 # test on one worker so two runs' containers never compete for the 2 cores while a convergence bound ticks, and
 # the tests that use the host's one multicast group and port (the multicast mark) one after another.
-# The rest is spread over both. Without xdist the marks are inert.
+# The rest is spread over both. A module may name its own group (``pytestmark = pytest.mark.xdist_group(...)``):
+# the image build tests (tests/orchestrator/backends/test_image.py: a build, a few short containers, no network
+# converging) run as ``image`` beside the Docker group, as CPU-heavy in-process tests do. Without xdist the marks
+# are inert.
 XDIST_GROUPS = ("spark", "docker", "multicast")
 
 
@@ -57,6 +60,8 @@ XDIST_GROUPS = ("spark", "docker", "multicast")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     uses = {"spark": {"spark"}, "docker": {"client", "image"}, "multicast": set()}  # fixtures implying the group
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:  # the module named its own
+            continue
         fixtures = set(getattr(item, "fixturenames", ()))
         for group in XDIST_GROUPS:
             if item.get_closest_marker(group) is not None or fixtures & uses[group]:

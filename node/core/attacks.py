@@ -294,8 +294,9 @@ class AnnouncementFlood(_Periodic):
         tree = host.tree
         if tree.parent is None:
             tree.maintenance(now)  # a root: a new sequence, re-announced network-wide
+            self.made += len(tree.up)
         else:
-            tree.announce_to_all()  # the current announcement again, to every peer
+            self.made += tree.announce_to_all()  # the current announcement again, to every peer
         return []
 
 

@@ -277,16 +277,18 @@ class Tree:
             return p.raw, self.key in p.keyset
         return wire.encode_announcement(self.current_announcement()), False
 
-    def announce_to_all(self) -> None:
-        """Send the current announcement to every peer again (node.core.attacks: an announcement flood)."""
-        self._announce_to_all()
+    def announce_to_all(self) -> int:
+        """Send the current announcement to every peer again (node.core.attacks: an announcement flood); how many
+        were sent."""
+        return self._announce_to_all()
 
-    def _announce_to_all(self) -> None:
+    def _announce_to_all(self) -> int:
         base, ours = self._current_raw()
         if ours:
-            return  # §4.5: never send an announcement that already holds our key
+            return 0  # §4.5: never send an announcement that already holds our key
         for port in self.up:
             self._send_raw_announcement(port, base)
+        return len(self.up)
 
     def _send_announcement(self, port: int, ann: Announcement) -> None:
         if any(h.key == self.key for h in ann.hops):

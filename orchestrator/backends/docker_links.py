@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.links import LinkShape
 from netem.plan import ShapingBackend, iptables_check_argv, plan_link
-from orchestrator.backends.docker_net import LABEL_LINK, LABEL_NODE, LABEL_ROLE, LABEL_RUN, DockerBackendError
+from orchestrator.backends.docker_net import LABEL_NODE, LABEL_ROLE, LABEL_RUN, DockerBackendError, link_from_labels
 from orchestrator.backends.shaping import ShapingError
 from orchestrator.backends.shaping import find_dev as _netem_find_dev
 from orchestrator.backends.shaping import nsenter_run as _nsenter
@@ -94,8 +94,7 @@ def link_endpoints(run_id: str, client: docker.DockerClient | None = None, *,
     out: list[LinkEndpoint] = []
     for summary in api.networks(filters={"label": [f"{LABEL_RUN}={run_id}", f"{LABEL_ROLE}=link"]}):
         net = api.inspect_network(summary["Id"])
-        labels = net.get("Labels") or {}
-        a, b, cls = labels.get("snekbed.a", ""), labels.get("snekbed.b", ""), labels.get("snekbed.class", "")
+        index, a, b, cls = link_from_labels(net.get("Labels") or {})
         members = {ep_name: ip for ep_name, ip in _members(net)}
         cfg = ((net.get("IPAM") or {}).get("Config") or [{}])[0]
         ips = _planned_ips(cfg.get("Subnet", ""))
@@ -107,7 +106,7 @@ def link_endpoints(run_id: str, client: docker.DockerClient | None = None, *,
             peer = b if name == a else a
             peer_ip = planned.get(peer, "")
             dev = find_dev(pid, ip) if with_dev else ""
-            out.append(LinkEndpoint(int(labels.get(LABEL_LINK, -1)), cls, name, cid, pid, dev, ip, peer, peer_ip))
+            out.append(LinkEndpoint(index, cls, name, cid, pid, dev, ip, peer, peer_ip))
     return sorted(out, key=lambda e: (e.link_index, e.node))
 
 

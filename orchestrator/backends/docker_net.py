@@ -31,7 +31,7 @@ import ipaddress
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +62,8 @@ __all__ = [
     "remove_networks",
     "STALE_COUNT",
     "network_name",
+    "link_labels",
+    "link_from_labels",
 ]
 
 DEFAULT_POOL = "10.213.0.0/16"
@@ -203,6 +205,19 @@ class AddressPlan:
             **({"radios": {name: {"subnet": r.subnet, "network": r.name, "nodes": r.members}
                            for name, r in self.radios.items()}} if self.radios else {}),
         }
+
+
+def link_labels(run_id: str, ln: LinkNet) -> dict[str, str]:
+    """The labels of ``ln``'s network: the run, the role, the link's index, ends and class (read back by
+    :func:`link_from_labels` wherever a run's links are found from the engine alone)."""
+    return {LABEL_RUN: run_id, LABEL_ROLE: "link", LABEL_LINK: str(ln.index), "snekbed.a": ln.a, "snekbed.b": ln.b,
+            "snekbed.class": ln.link_class}
+
+
+def link_from_labels(labels: Mapping[str, str]) -> tuple[int, str, str, str]:
+    """A link network's (index, a, b, class) from its labels (-1 and "" where one is missing)."""
+    return (int(labels.get(LABEL_LINK, -1)), labels.get("snekbed.a", ""), labels.get("snekbed.b", ""),
+            labels.get("snekbed.class", ""))
 
 
 def network_name(run_id: str, role: str, index: int | None = None) -> str:
@@ -364,8 +379,7 @@ def create_networks(client: docker.DockerClient, plan: AddressPlan, *,
     for net in nets:
         labels = {LABEL_RUN: plan.run_id, LABEL_ROLE: net.role}
         if (ln := links.get(net.name)) is not None:
-            labels.update({LABEL_LINK: str(ln.index), "snekbed.a": ln.a, "snekbed.b": ln.b,
-                           "snekbed.class": ln.link_class})
+            labels = link_labels(plan.run_id, ln)
         radio = next((name for name, r in plan.radios.items() if r.name == net.name), None)
         if radio is not None:
             labels["snekbed.radio"] = radio

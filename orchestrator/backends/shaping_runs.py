@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contract.links import resolve_class
+from contract.links import LinkShape, resolve_class
 from netem.plan import RateQdisc, ShapingBackend
 from netem.probe import probe
 from orchestrator.backends.docker_links import link_endpoints
@@ -36,10 +36,13 @@ __all__ = [
     "RECORD_FILE",
     "apply_run",
     "clear_run",
+    "link_shape_in",
     "reapply",
     "record_path",
     "run_backend",
     "run_endpoints",
+    "run_meta",
+    "run_topology",
     "show_run",
 ]
 
@@ -58,23 +61,32 @@ def run_endpoints(run_id: str, *, client: Any = None, runs_dir: str | Path | Non
     ``topology.json`` (overrides included) when there is one, else from the class table.
     Raises ShapingRefused when the run has no running link ends or its topology.json cannot be read.
     """
-    topology = _run_topology(run_id, runs_dir)
+    topology = run_topology(run_id, runs_dir)
     out: list[Endpoint] = []
     for le in link_endpoints(run_id, client):
         shape = getattr(le, "shape", None)
         if shape is None:
-            if topology is not None and 0 <= le.link_index < len(topology.links):
-                shape = topology.link_class_of(le.link_index).shape
-            else:
-                shape = resolve_class(le.link_class).shape
+            shape = link_shape_in(topology, le.link_index, le.link_class)
         out.append(Endpoint(link=str(le.link_index), link_class=le.link_class, shape=shape, node=le.node, pid=le.pid,
                             ip=le.ip, peer=le.peer, peer_ip=le.peer_ip, container_id=le.container_id))
+    if not out and run_meta(run_id, runs_dir).get("backend") == "swarm":
+        raise ShapingRefused(f"run {run_id!r} is a swarm run: its tasks shape their links in userspace, from their "
+                             "peer URIs, and have no kernel qdisc to apply, show or clear; `snekbed links check "
+                             f"--run-id {run_id}` measures each link through the manager")  # fmt: skip
     if not out:
         raise ShapingRefused(f"run {run_id!r}: no running link ends (is it up? `snekbed status --run-id {run_id}`)")
     return out
 
 
-def _run_topology(run_id: str, runs_dir: str | Path | None) -> Topology | None:
+def link_shape_in(topology: Topology | None, index: int, link_class: str) -> LinkShape:
+    """Link ``index``'s shape in the run's ``topology`` (overrides included), else its class's in the class table."""
+    if topology is not None and 0 <= index < len(topology.links):
+        return topology.link_class_of(index).shape
+    return resolve_class(link_class).shape
+
+
+def run_topology(run_id: str, runs_dir: str | Path | None) -> Topology | None:
+    """The run's ``topology.json``, None when it has none. Raises ShapingRefused when it cannot be read."""
     path = record_path(run_id, runs_dir).with_name("topology.json")
     if not path.exists():
         return None
@@ -84,14 +96,18 @@ def _run_topology(run_id: str, runs_dir: str | Path | None) -> Topology | None:
         raise ShapingRefused(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
 
 
+def run_meta(run_id: str, runs_dir: str | Path | None = None) -> dict[str, Any]:
+    """The run's ``meta.json``, empty when it has none or it cannot be read."""
+    try:
+        meta = json.loads(record_path(run_id, runs_dir).with_name("meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def run_backend(run_id: str, runs_dir: str | Path | None = None) -> ShapingBackend | None:
     """The backend the run's nodes were started for (meta.json ``shaping.backend``), if recorded."""
-    path = record_path(run_id, runs_dir).with_name("meta.json")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = (meta.get("shaping") or {}).get("backend")
+    value = (run_meta(run_id, runs_dir).get("shaping") or {}).get("backend")
     return value if value in BACKENDS else None
 
 

@@ -324,9 +324,13 @@ class SwarmBackend(DockerBackend):
                     break
         return out
 
+    def hostnames(self) -> dict[str, str]:
+        """swarm node id -> its host's name."""
+        return {n["ID"]: (n.get("Description") or {}).get("Hostname", "") for n in self.api.nodes()}
+
     def placements(self, run_id: str) -> dict[str, dict[str, Any]]:
         """node name -> where its task runs: swarm node id and hostname, container id, overlay addresses."""
-        hostnames = {n["ID"]: (n.get("Description") or {}).get("Hostname", "") for n in self.api.nodes()}
+        hostnames = self.hostnames()
         out: dict[str, dict[str, Any]] = {}
         for name, t in self._tasks(run_id).items():
             nets = {(a.get("Network") or {}).get("Spec", {}).get("Name", ""): (a.get("Addresses") or [""])[0]

@@ -23,7 +23,9 @@ from node.core.variants import VariantSpec
 
 from orchestrator.chaos.attack_steps import apply_strategy, ground_key
 from orchestrator.chaos.backend import ChaosBackend
-from orchestrator.chaos.confirm import Confirmer
+from orchestrator.chaos.checker import adversaries_after
+from orchestrator.chaos.confirm import Confirmer, Expectation
+from orchestrator.chaos.ground_keys import topology_adversaries
 from orchestrator.chaos.scenario import (
     Adversary, AnyStep, Check, Churn, Flap, Heal, HostCrash, HostPartition, HostRestart, Join, Kill,
     LinkChange, LinkDown, LinkUp, Mobility, Note, Partition,
@@ -31,6 +33,7 @@ from orchestrator.chaos.scenario import (
 )  # fmt: skip
 from orchestrator.chaos.targets import (
     TargetError, TargetView, balanced_halves, min_cut_groups, resolve_link, resolve_nodes, sample_pairs,
+    with_focus,
 )  # fmt: skip
 
 __all__ = ["Act", "Applied", "StepApplier", "Target"]
@@ -55,8 +58,21 @@ class StepApplier:
     act: Act
     #: the step's confirmations (orchestrator.chaos.confirm), told of each fault the moment it takes effect
     confirm: Confirmer | None = None
-    #: nodes that joined as adversaries: a ground key is placed among the honest keys only (docs/attacks.md)
-    adversarial_joins: set[str] = field(default_factory=set)
+    #: the adversarial nodes now: the topology's (its ``adversary:`` field), then as each recorded action changes
+    #: them (the checker's rule, checker.adversaries_after: an ``adversary`` step, an adversarial ``join``, a
+    #: lifted one turning honest again); a ground key is placed among the honest keys only (docs/attacks.md,
+    #: orchestrator.chaos.ground_keys)
+    adversarial: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.adversarial |= topology_adversaries(getattr(self.backend, "topology", None))
+        record = self.act
+
+        def act(action: str, target: str | None, detail: dict[str, Any] | None) -> None:
+            self.adversarial = set(adversaries_after(self.adversarial, action, target, detail))
+            record(action, target, detail)
+
+        self.act = act
 
     async def apply(self, step: AnyStep) -> Applied:
         """Do ``step``; raises TargetError when a target cannot be resolved on the live graph."""
@@ -167,22 +183,28 @@ class StepApplier:
     # ------------------------------------------------------------------ node faults
 
     async def _each_node(self, step: _NodeStep, action: str, fault: Callable[[str], Awaitable[None]],
-                         effect: str, for_s: float | None = None) -> Applied:  # fmt: skip
+                         effect: str) -> Applied:
         """``fault`` on each node of the step; ``effect`` (``silenced`` or ``back``) is what its confirmation expects."""
         names = await self._nodes(step)  # a name is used alive or not; a role is resolved on the live graph
         for n in names:
             self.act(action, n, None)
             await fault(n)
         if self.confirm is not None:
-            await (self.confirm.silenced(names, action, for_s) if effect == "silenced" else
+            await (self.confirm.silenced(names, action) if effect == "silenced" else
                    self.confirm.back(names, action))  # fmt: skip
         return names, None
 
     async def _pause(self, step: Pause) -> Applied:
         b = self.backend
-        names, _ = await self._each_node(step, "pause", b.pause, "silenced", step.for_s)
+        names = await self._nodes(step)
+        for n in names:
+            self.act("pause", n, None)
+            await b.pause(n)
+        silenced = await self.confirm.silenced(names, "pause", step.for_s) if self.confirm is not None else []
         if step.for_s:
             await b.sleep(step.for_s)
+            if self.confirm is not None:  # resumed once its silence is measured (or not), never while being measured
+                await self.confirm.decided(silenced)
             for n in names:
                 self.act("resume", n, None)
                 await b.resume(n)
@@ -214,15 +236,21 @@ class StepApplier:
             plan.append((min(leave + step.down_s, step.duration_s), 1, "restart", name))
         plan.sort()
         start = b.now()
+        leaving: dict[str, list[Expectation]] = {}  # a node's kill confirmation, decided before it is brought back
         for t, _, op, name in plan:
             wait = start + t - b.now()
             if wait > 0:
                 await b.sleep(wait)
+            if op == "restart" and self.confirm is not None:
+                await self.confirm.decided(leaving.pop(name, []))
             self.act(op, name, {"churn": True})
             await (b.kill(name) if op == "kill" else b.restart(name))
-            if self.confirm is not None:
-                await (self.confirm.silenced([name], "churn: kill") if op == "kill" else
-                       self.confirm.back([name], "churn: restart"))  # fmt: skip
+            if self.confirm is None:
+                continue
+            if op == "kill":
+                leaving[name] = await self.confirm.silenced([name], "churn: kill")
+            else:
+                await self.confirm.back([name], "churn: restart")
         rest = start + step.duration_s - b.now()
         if rest > 0:
             await b.sleep(rest)
@@ -231,11 +259,9 @@ class StepApplier:
     async def _join(self, step: Join) -> Applied:
         b = self.backend
         if step.node is not None:
-            ground = await ground_key(b, step, self.adversarial_joins) if step.key is not None else {}
+            ground = await ground_key(b, step, self.adversarial) if step.key is not None else {}
             await b.add_node(step.node, step.peers, step.link_class, step.adversary,
                              VariantSpec.parse(step.variant) if step.variant else None)  # fmt: skip
-            if step.adversary:
-                self.adversarial_joins.add(step.node)
             self.act("join", step.node, {"peers": list(step.peers), "adversary": step.adversary, **ground})
             if self.confirm is not None:
                 await self.confirm.back([step.node], "join")
@@ -253,12 +279,13 @@ class StepApplier:
         if step.drop is None:  # a strategy other than drop (docs/attacks.md)
             return names, await apply_strategy(self.backend, step, names, self.act)
         kinds = [k for k, v in step.drop.items() if v > 0]
-        before = await self.confirm.drops_before(names, kinds, step.peer) if self.confirm is not None else {}
+        confirm = self.confirm if kinds else None  # lifting drops nothing to count: nothing read before either
+        before = await confirm.drops_before(names, kinds, step.peer) if confirm is not None else {}
         for n in names:
             await self.backend.adversary(n, dict(step.drop), step.peer)
             self.act("adversary", n, {"drop": dict(step.drop), "peer": step.peer})
-        if self.confirm is not None and any(v > 0 for v in step.drop.values()):  # lifting drops nothing to count
-            await self.confirm.dropping(names, kinds, before, step.peer)
+        if confirm is not None:
+            await confirm.dropping(names, kinds, before, step.peer)
         return names, "drops " + ", ".join(f"{k} {v:g}%" for k, v in step.drop.items())
 
     # ------------------------------------------------------------------ link faults
@@ -288,9 +315,12 @@ class StepApplier:
         for i in range(step.count):
             await b.link_down(x, y)
             self.act("link_down", f"{x}--{y}", {"flap": True})
+            cut: list[Expectation] = []
             if i == 0 and self.confirm is not None:
-                await self.confirm.cut([(x, y)], "flap: down", within_s=step.period_s / 2)
+                cut = await self.confirm.cut([(x, y)], "flap: down", within_s=step.period_s / 2)
             await b.sleep(step.period_s / 2)
+            if cut and self.confirm is not None:  # up once the cut is measured (or not), never while it is read
+                await self.confirm.decided(cut)
             await b.link_up(x, y)
             self.act("link_up", f"{x}--{y}", {"flap": True})
             if i == step.count - 1 and self.confirm is not None:
@@ -338,6 +368,8 @@ class StepApplier:
         rate = step.rate_per_s if step.rate_per_s is not None else (spec.rate_per_s if spec else 4.0)
         n = step.pairs if step.pairs is not None else (spec.pairs if spec else 20)
         modes = spec.modes if spec else ("snek", "tree")
-        pairs = sample_pairs(b.live_graph(), n, self.rng) if step.enabled else []
+        graph = b.live_graph()
+        focus = spec.focus if spec else ()
+        pairs = with_focus(graph, sample_pairs(graph, n, self.rng), focus, len(modes)) if step.enabled else []
         b.traffic(step.enabled and rate > 0, rate, pairs, modes, spec.timeout_s if spec else 5.0)
         return [], f"traffic {'on' if step.enabled else 'off'}"

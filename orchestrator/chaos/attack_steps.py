@@ -41,8 +41,9 @@ async def apply_strategy(backend: ChaosBackend, step: Adversary, names: Sequence
         seeded = "seed" in STRATEGIES.get(step.kind, (None, {}))[1] and "seed" not in given
         for n in names:
             mine = {**params, "seed": node_strategy_seed(getattr(backend, "seed", 0), n)} if seeded else params
-            await backend.attack(n, step.kind, mine)
-            act("adversary", n, {"strategy": step.kind, **given, **({"seed": mine["seed"]} if seeded else {})})
+            replaced = await backend.attack(n, step.kind, mine)
+            act("adversary", n, {"strategy": step.kind, **given, **({"seed": mine["seed"]} if seeded else {}),
+                                 **({"replaced": replaced} if replaced else {})})
     except NotImplementedError as exc:
         raise TargetError(f"adversary {step.kind}: {exc}") from None
     return step.kind + "".join(f" {k}={v}" for k, v in given.items())
@@ -51,7 +52,7 @@ async def apply_strategy(backend: ChaosBackend, step: Adversary, names: Sequence
 async def ground_key(backend: ChaosBackend, step: Join, adversaries: Collection[str] = ()) -> dict[str, Any]:
     """Grind ``step.key`` for the joining node (seeded by the run's seed and its name) and give it to the
     backend for the join. The key is placed among the honest keys: ``adversaries`` (nodes that joined as
-    adversaries, e.g. earlier sybils) do not bound it, so k sybils on one side of a victim cost about k times as
+    adversaries, e.g. earlier sybils, and the topology's) do not bound it, so k sybils on one side of a victim cost about k times as
     many tries as one, not exponentially more (the rule: orchestrator.chaos.ground_keys.ground, which a backend
     that makes its keys before the run follows beforehand). Returns what the join's action records: the key, how
     many keys were tried, the rule."""

@@ -321,8 +321,9 @@ class Attacks(Protocol):
     """Adversary strategies other than drop (node.core.attacks; docs/attacks.md) and ground keys for joins.
     A backend without them says so (NotImplementedError, which the step reports)."""
 
-    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> None:
-        """``name`` runs ``strategy`` with ``params`` (a ``victim`` as a key in hex); ``none``: honest again."""
+    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """``name`` runs ``strategy`` with ``params`` (a ``victim`` as a key in hex); ``none``: honest again. Returns
+        the description of the strategy it replaced (what it did: ``swallowed``, ``made``), None when none."""
         raise NotImplementedError(f"the {getattr(self, 'name', '?')} backend has no adversary strategies but drop")
 
     async def node_keys(self, names: Iterable[str] | None = None) -> dict[str, bytes]:

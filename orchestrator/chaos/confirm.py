@@ -22,7 +22,8 @@ from typing import Any
 from orchestrator.chaos.backend import ChaosBackend
 from orchestrator.chaos.checker import NodeState
 
-__all__ = ["BACK_S", "Confirmation", "Confirmer", "PEER_DEADLINE_S", "READ_GRACE_S", "SHAPE_S", "SILENCE_S"]
+__all__ = ["BACK_S", "Confirmation", "Confirmer", "Expectation", "PEER_DEADLINE_S", "READ_GRACE_S", "SHAPE_S",
+           "SILENCE_S"]
 
 #: PROTOCOL.md §3.5: a peer silent this long is dropped (the keepalive deadline)
 PEER_DEADLINE_S = 5.0
@@ -96,6 +97,10 @@ class _Expect:
 
     async def read(self, obs: ChaosBackend, now: float) -> str | None:
         raise NotImplementedError
+
+
+#: one fault's expectation, as :meth:`Confirmer.silenced` hands it back for :meth:`Confirmer.decided`
+Expectation = _Expect
 
 
 def _has(keys: Mapping[str, frozenset[bytes] | None], a: str, key: bytes | None) -> bool:
@@ -326,16 +331,28 @@ class Confirmer:
         key = self.keys.get(name)
         return tuple(sorted(n for n, s in self.before.items() if n != name and key in s.peers))
 
-    async def silenced(self, names: Iterable[str], action: str, for_s: float | None = None) -> None:
-        """``names`` were killed, removed or paused (for ``for_s``) just now."""
+    async def silenced(self, names: Iterable[str], action: str, for_s: float | None = None) -> list[Expectation]:
+        """``names`` were killed, removed or paused (for ``for_s``) just now; the expectations started (a caller
+        that brings a node back waits for its own first: :meth:`decided`)."""
         b = self.backend
         names = [n for n in names if n in self.before]  # a node that was not live has nothing to silence
         sent = await b.frames_sent(names) if b.measures_faults else {}
+        started: list[Expectation] = []
         for n in names:
             peers_too = for_s is None or for_s > PEER_DEADLINE_S + self.poll_s
             within = PEER_DEADLINE_S + 2 * self.poll_s + 5.0 if peers_too else max(SILENCE_S, for_s or 0) - self.poll_s
-            self._start(_Silenced(f"{action} {n}", b.now(), max(within, SILENCE_S), node=n, key=self.keys.get(n),
-                                  peers=self._peers_of(n), sent0=sent.get(n), peers_too=peers_too))  # fmt: skip
+            started.append(_Silenced(f"{action} {n}", b.now(), max(within, SILENCE_S), node=n, key=self.keys.get(n),
+                                     peers=self._peers_of(n), sent0=sent.get(n), peers_too=peers_too))  # fmt: skip
+            self._start(started[-1])
+        return started
+
+    async def decided(self, expects: Sequence[Expectation]) -> None:
+        """Wait until each of ``expects`` is decided (at most its bound and the reading grace): a churned or paused
+        node is brought back, a flapped link up, only once its fault was measured, or not, so the measurement never
+        sees it undone already."""
+        while any(e.done is None for e in expects):
+            self._time_out()
+            await self.backend.sleep(self.poll_s)
 
     async def back(self, names: Iterable[str], action: str) -> None:
         """``names`` came back (restart, resume, join) just now."""
@@ -348,11 +365,12 @@ class Confirmer:
             self._start(_Back(f"{action} {n}", b.now(), BACK_S, node=n, neighbours=nbs, keys=self.keys))
 
     async def cut(self, links: Sequence[tuple[str, str]], action: str, groups: Sequence[set[str]] | None = None,
-                  within_s: float | None = None) -> None:  # fmt: skip
-        """``links`` were cut just now (between ``groups`` for a partition), for ``within_s`` (a flap's down)."""
+                  within_s: float | None = None) -> list[Expectation]:  # fmt: skip
+        """``links`` were cut just now (between ``groups`` for a partition), for ``within_s`` (a flap's down); the
+        expectation started (a caller that brings the links back waits for it first: :meth:`decided`)."""
         links = [(a, b) for a, b in links if a in self.keys and b in self.keys]
         if not links:
-            return
+            return []
         inside: list[tuple[str, str]] = []
         if groups:
             side = {n: i for i, g in enumerate(groups) for n in g}
@@ -363,8 +381,10 @@ class Confirmer:
         sample = tuple(sorted(links)[::step][:_SAMPLE])
         short = within_s is not None and within_s < PEER_DEADLINE_S
         bound = within_s if short and within_s is not None else PEER_DEADLINE_S + 2 * self.poll_s + 4.0
-        self._start(_Cut(action, self.backend.now(), bound, links=sample, inside=tuple(inside), keys=self.keys,
-                         total=len(links), short=short))  # fmt: skip
+        cut = _Cut(action, self.backend.now(), bound, links=sample, inside=tuple(inside), keys=self.keys,
+                   total=len(links), short=short)
+        self._start(cut)
+        return [cut]
 
     async def restored(self, links: Sequence[tuple[str, str]], action: str) -> None:
         """``links`` were brought back just now."""
@@ -406,17 +426,21 @@ class Confirmer:
         """Whether an expectation has already come out unconfirmed (the step will be ``invalid``)."""
         return any(e.done is not None and e.done.ok is False for e in self.expects)
 
+    def _time_out(self) -> None:
+        """Decide, as not confirmed, every expectation whose reading is still running past its bound and grace."""
+        now = self.backend.now()
+        for e in self.expects:
+            if e.done is None and now >= e.t0 + e.within_s + READ_GRACE_S:
+                e.done = Confirmation(False, None, f"{e.what}: not confirmed within {e.within_s:g} s: its reading "
+                                                   f"did not return within {READ_GRACE_S:g} s more ({e.last})")  # fmt: skip
+
     async def settled(self, until: float | None = None) -> Confirmation | None:
         """Wait until every expectation is decided, but not past the backend time ``until`` (a reference
         sequence's next command: one undecided by then is not measured, and says so); their combination (None
         for a step that faulted nothing)."""
         b = self.backend
         while any(e.done is None for e in self.expects) and (until is None or b.now() < until):
-            for e in self.expects:
-                if e.done is None and b.now() >= e.t0 + e.within_s + READ_GRACE_S:
-                    e.done = Confirmation(False, None, f"{e.what}: not confirmed within {e.within_s:g} s: its "
-                                                       f"reading did not return within {READ_GRACE_S:g} s more "
-                                                       f"({e.last})")  # fmt: skip
+            self._time_out()
             await b.sleep(self.poll_s if until is None else max(0.0, min(self.poll_s, until - b.now())))
         if not self.expects:
             return None

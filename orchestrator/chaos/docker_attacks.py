@@ -44,9 +44,10 @@ class DockerAttacks:
         body = {"drop": drop, "peer": self.session.keys[peer] if peer is not None else None}
         await trio.to_thread.run_sync(self._admin.post, name, "/adversary", body)
 
-    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> None:
+    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> dict[str, Any] | None:
         assert self._admin is not None
-        await trio.to_thread.run_sync(self._admin.post, name, "/adversary", {"strategy": strategy, **params})
+        got = await trio.to_thread.run_sync(self._admin.post, name, "/adversary", {"strategy": strategy, **params})
+        return got.get("replaced")  # a reference node has no strategies but drop: it refuses before this
 
     async def node_keys(self, names: Iterable[str] | None = None) -> dict[str, bytes]:
         """The keys of the nodes that have joined the run (created stopped and not joined yet: left out)."""

@@ -1,7 +1,7 @@
 """The chaos backend on Docker: one container per node, one network per link (orchestrator.backends.docker).
 
-Backend time is ``time.monotonic()``; the run directory (``runs/<id>/``) records
-every fault in ``actions.jsonl`` and every ping in ``pings.jsonl``.
+Backend time is ``time.monotonic()``; the run directory (``runs/<id>/``) records every fault in ``actions.jsonl``
+and every ping in ``pings.jsonl``.
 
 How faults map here (docs/chaos.md compares them with the in-process backend):
 
@@ -21,18 +21,16 @@ How faults map here (docs/chaos.md compares them with the in-process backend):
   reference node's end (spec ``pinecone``; it has no userspace shaper) records that part as ``shaping_unapplied``
   (docs/interop.md). A link connected again, or a node started again, has new interfaces: the kernel part of its
   links' current shapes is applied again (orchestrator.chaos.docker_shaping).
-* ``join``: nodes and links a scenario adds later are created with the run
-  (so they have addresses), but a node is not started (on a swarm: stopped once up) and a link is disconnected
-  until their step: the network converges, and the first step starts, without them.
+* ``join``: nodes and links a scenario adds later are created with the run (so they have addresses), but a node is
+  not started (on a swarm: stopped once up) and a link is disconnected until their step: the network converges, and
+  the first step starts, without them.
 
-Host nodes (``host: true``, run by the user outside Docker; their commands are
-printed on stderr at start and the run waits for them): pings, ``link_down`` /
-``link_up``, ``partition`` / ``heal``, ``link_change`` and ``adversary`` work on
-them through their admin API and their container peers' link networks (only the
-container end is disconnected: the host's own interfaces are never touched).
-``kill``, ``restart``, ``pause``, ``resume`` and ``remove_node`` of a host node
-are refused (the step fails with a target error naming the node): its process
-is the user's, not the orchestrator's.
+Host nodes (``host: true``, run by the user outside Docker; their commands are printed on stderr at start and the
+run waits for them): pings, ``link_down`` / ``link_up``, ``partition`` / ``heal``, ``link_change`` and ``adversary``
+work on them through their admin API and their container peers' link networks (only the container end is
+disconnected: the host's own interfaces are never touched). ``kill``, ``restart``, ``pause``, ``resume`` and
+``remove_node`` of a host node are refused (the step fails with a target error naming the node): its process is
+the user's, not the orchestrator's.
 """
 
 from __future__ import annotations
@@ -218,8 +216,8 @@ class DockerChaos(DockerAttacks, ChaosBackend):
     async def stop(self) -> None:
         if self._traffic is not None:
             self._traffic.cancel.cancel()
-        if self.monitoring is not None:
-            self.monitoring.close()
+        if self.monitoring is not None:  # once Prometheus has the run's last word (monitoring.RunMetrics.flush)
+            await trio.to_thread.run_sync(self.monitoring.close)
         if self._admin is not None:
             self._admin.close()
         if self.ab is not None:
@@ -258,7 +256,7 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         if self._traffic is not None:
             self._traffic.cancel.cancel()
         if self.monitoring is not None:
-            self.monitoring.close()
+            self.monitoring.close(flush=False)
         if self._admin is not None:
             self._admin.close()
         try:
@@ -292,6 +290,10 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         if c is None:
             raise KeyError(f"no container for node {name!r}")
         return str(c["Id"])
+
+    def _api(self, name: str) -> Any:
+        """The API client of the engine running ``name``'s container (a swarm's is the task's host)."""
+        return self.docker.api
 
     # ------------------------------------------------------------------ observation
 
@@ -533,7 +535,7 @@ class DockerChaos(DockerAttacks, ChaosBackend):
             return
         if name in self.paused:
             if self.planted != "pause_noop":
-                await self._docker(self.docker.api.unpause, self._cid(name))
+                await self._docker(self._api(name).unpause, self._cid(name))
             self.paused.discard(name)
         await self._docker(self.docker.kill, self.run.run_id, name)
         self.stopped.add(name)
@@ -562,14 +564,14 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         self._no_host(name, "pause")
         if name in self._live():
             if self.planted != "pause_noop":  # TEST ONLY when it is: reported paused, and it runs on
-                await self._docker(self.docker.api.pause, self._cid(name))
+                await self._docker(self._api(name).pause, self._cid(name))
             self.paused.add(name)
 
     async def resume(self, name: str) -> None:
         self._no_host(name, "resume")
         if name in self.paused:
             if self.planted != "pause_noop":
-                await self._docker(self.docker.api.unpause, self._cid(name))
+                await self._docker(self._api(name).unpause, self._cid(name))
             self.paused.discard(name)
 
     async def remove_node(self, name: str) -> bool:

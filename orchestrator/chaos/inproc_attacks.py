@@ -27,12 +27,14 @@ class InprocAttacks:
         """Node name -> the seed of its ground key (use_key), for its next join."""
         return self.__dict__.setdefault("_ground_seeds", {})
 
-    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> None:
+    async def attack(self, name: str, strategy: str, params: dict[str, Any]) -> dict[str, Any] | None:
         node = self.net.nodes[name]
         router = node.router
+        old = router.attack
         router.set_attack(make_strategy(strategy, params, timers=router.t), self.net.now)
         self.net.flush(node)
         await self.sleep(0)
+        return old.describe() if old is not None else None
 
     async def node_keys(self, names: Iterable[str] | None = None) -> dict[str, bytes]:
         wanted = None if names is None else set(names)

@@ -43,7 +43,7 @@ from orchestrator.chaos.confirm import Confirmer
 from orchestrator.chaos.flight import write_dumps
 from orchestrator.chaos.moving import MovingWatch, judge_pings, not_judged, settled
 from orchestrator.chaos.scenario import AnyStep, Check, Scenario, Wait
-from orchestrator.chaos.targets import TargetError, sample_pairs
+from orchestrator.chaos.targets import TargetError, sample_pairs, with_focus
 from orchestrator.chaos.window import wait_and_settle
 
 __all__ = ["ActionHook", "ChaosRun", "run_scenario", "sample_pairs"]  # sample_pairs: orchestrator.chaos.targets
@@ -88,6 +88,8 @@ class ChaosRun:
     applier: StepApplier = field(init=False)
     #: the adversarial nodes now (checker.adversaries_after): the checker judges the honest view while there are any
     adversaries: frozenset[str] = frozenset()
+    #: the traffic's pings counted into ``metrics`` so far, by (mode, delivered)
+    _pings_counted: dict[tuple[str, bool], int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"chaos-{self.seed}")
@@ -117,8 +119,9 @@ class ChaosRun:
         topology = getattr(b, "topology", None)  # its nodes adversarial from their start: the honest view from t0
         for name, adv in adversaries_of(topology.nodes if topology is not None else ()).items():
             self._act("adversary", name, adv.detail())
+        watching = trio.CancelScope()
         if self.metrics is not None:
-            nursery.start_soon(self._watch, self.metrics)
+            nursery.start_soon(self._watch, self.metrics, watching)
         if sc.traffic is not None:
             self._traffic_on(sc.traffic.rate_per_s, sc.traffic.pairs)
         self._over = False
@@ -144,6 +147,9 @@ class ChaosRun:
         if sc.traffic is not None:
             await b.sleep(sc.traffic.timeout_s + 0.5)  # the last background pings answer or time out
         self._over = True
+        if self.metrics is not None:  # the run's last word: the state it ended in, not the watch's last round
+            watching.cancel()
+            await self._observe(self.metrics)
         samples = b.traffic_samples()
         traffic = self._traffic_summary(samples)
         verdict = run_verdict([s["verdict"] for s in self.steps] + ([watch.verdict] if watch is not None else []))
@@ -172,31 +178,35 @@ class ChaosRun:
         graph = self.backend.live_graph()
         if self.backend.moves:  # any two nodes may meet: pairs drawn among all of them, not today's components
             graph = nx.complete_graph(sorted(graph.nodes))
-        pairs = sample_pairs(graph, n_pairs, self.rng)
+        pairs = with_focus(graph, sample_pairs(graph, n_pairs, self.rng), sc.traffic.focus, len(sc.traffic.modes))
         self.backend.traffic(rate > 0, rate, pairs, sc.traffic.modes, sc.traffic.timeout_s)
         self._traffic_pairs = n_pairs
 
-    async def _watch(self, metrics: RunMetrics) -> None:
+    async def _watch(self, metrics: RunMetrics, scope: trio.CancelScope) -> None:
         """Keep the run's metrics current: live nodes, components, converged (the observer's rule), pings."""
+        with scope:
+            while True:
+                await self._observe(metrics)
+                await trio.sleep(WATCH_S)  # not b.sleep: in process that would drive the network from a second task
+
+    async def _observe(self, metrics: RunMetrics) -> None:
         b = self.backend
-        counted: dict[tuple[str, bool], int] = {}
-        while True:
-            graph = b.live_graph()
-            states = await b.states()
-            views = {n: NodeView(s.key, s.root, s.descending) for n, s in states.items() if n in graph}
-            live = graph.subgraph(views)
-            verdict = check_convergence(live, views)
-            answered = len(views) == graph.number_of_nodes()  # a verdict over part of the graph proves nothing
-            metrics.observe(graph.number_of_nodes(), nx.number_connected_components(graph), verdict.tree and answered,
-                            verdict.snake and answered)
-            totals: dict[tuple[str, bool], int] = {}
-            for x in b.traffic_samples():
-                totals[(x.mode, x.delivered)] = totals.get((x.mode, x.delivered), 0) + 1
-            for (mode, delivered), n in totals.items():
-                if n > counted.get((mode, delivered), 0):
-                    metrics.ping(mode, delivered, n - counted.get((mode, delivered), 0))
-                counted[(mode, delivered)] = max(n, counted.get((mode, delivered), 0))
-            await trio.sleep(WATCH_S)  # not b.sleep: in process that would drive the network from a second task
+        graph = b.live_graph()
+        states = await b.states()
+        views = {n: NodeView(s.key, s.root, s.descending) for n, s in states.items() if n in graph}
+        live = graph.subgraph(views)
+        verdict = check_convergence(live, views)
+        answered = len(views) == graph.number_of_nodes()  # a verdict over part of the graph proves nothing
+        metrics.observe(graph.number_of_nodes(), nx.number_connected_components(graph), verdict.tree and answered,
+                        verdict.snake and answered)
+        totals: dict[tuple[str, bool], int] = {}
+        for x in b.traffic_samples():
+            totals[(x.mode, x.delivered)] = totals.get((x.mode, x.delivered), 0) + 1
+        counted = self._pings_counted
+        for (mode, delivered), n in totals.items():
+            if n > counted.get((mode, delivered), 0):
+                metrics.ping(mode, delivered, n - counted.get((mode, delivered), 0))
+            counted[(mode, delivered)] = max(n, counted.get((mode, delivered), 0))
 
     async def _step(self, i: int, step: AnyStep) -> dict[str, Any]:
         b = self.backend

@@ -89,12 +89,22 @@ class _Model(BaseModel):
 
 
 class TrafficSpec(_Model):
-    """The background ping mesh: ``rate_per_s`` pings a second over ``pairs`` sampled pairs, in each mode."""
+    """The background ping mesh: ``rate_per_s`` pings a second over ``pairs`` sampled pairs, in each mode; with
+    ``focus``, every pair to and from those nodes takes every other turn (targets.with_focus)."""
 
     rate_per_s: float = Field(4.0, ge=0, le=1000)
     pairs: int = Field(20, ge=1, le=10_000)
     modes: tuple[Literal["snek", "tree"], ...] = ("snek", "tree")
     timeout_s: float = Field(5.0, gt=0, le=60)
+    focus: tuple[str, ...] = ()
+
+    @field_validator("focus")
+    @classmethod
+    def _node_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:
+            if not NODE_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a node name")
+        return v
 
 
 def _check_target(v: str | None, roles: tuple[str, ...], what: str) -> str | None:

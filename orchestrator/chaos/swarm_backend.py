@@ -17,11 +17,15 @@ Everything the runner sees is :class:`~orchestrator.chaos.docker_backend.DockerC
   other member). The listener's end stays attached because the swarm registered its DNS
   alias, which the dialer resolves on every dial; an alias re-added by a manual
   ``network connect`` is not served by the swarm's DNS. ``link_up`` / ``heal`` connect
-  the dialer again (a fresh address from the link's subnet; the listener's ``--inbound``
-  rule names the subnet) and ask both ends to redial.
+  the dialer again with the address it had (asked for explicitly: a worker that no longer
+  holds any task on the overlay hands out the subnet's first address, which the listener
+  on another host may hold, and the dialer then dials itself; a new container after a
+  restart gets a fresh one; the listener's ``--inbound`` rule names the subnet) and ask
+  both ends to redial.
 * ``pause`` / ``resume``, ``link_down``, ``partition``: these act on a task's container,
-  which only the engine running it can do: they work for tasks on this engine (every task
-  on a one-node swarm) and fail with a target error naming the node otherwise.
+  which only the engine running it can do: the engine of the swarm node running the task
+  (orchestrator.backends.swarm_engines: the manager's own, a snekbed cluster's inner host,
+  or one named in ``$SNEKBED_SWARM_ENGINES``); a target error naming the node otherwise.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from orchestrator.backends.cluster import (
     Cluster, ClusterError, crash_host, find_cluster, host_running, partition_host, start_host,
 )  # fmt: skip
 from orchestrator.backends.docker import link_alias
-from orchestrator.backends.swarm import SHAPING_WHY, SwarmBackend, swarm_state
+from orchestrator.backends.swarm import SHAPING_WHY, SwarmBackend
+from orchestrator.backends.swarm_engines import SwarmEngineError, SwarmEngines
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 from orchestrator.chaos.docker_backend import DockerChaos
@@ -64,7 +69,9 @@ class SwarmChaos(DockerChaos):
                          start_unlinked=start_unlinked, backend=swarm, keep=keep, timeout_s=timeout_s, ab=ab,
                          reference_image=reference_image)  # fmt: skip
         self.swarm: SwarmBackend = swarm
-        self._here = ""  # this engine's swarm node id
+        self.engines = SwarmEngines(swarm.client)
+        self._hosts_by_id: dict[str, str] = {}  # swarm node id -> hostname
+        self._cut_at: dict[int, tuple[str, str]] = {}  # link cut -> (its dialer's container, its address there)
         self._cluster: Cluster | None = None
         self._crashed: dict[str, list[str]] = {}  # host -> the nodes its crash took down
         self._host_cut: dict[str, set[int]] = {}  # host -> the cross-host links its partition cut
@@ -72,18 +79,35 @@ class SwarmChaos(DockerChaos):
     def _shaping(self) -> tuple[ShapingBackend, str]:
         return "userspace", SHAPING_WHY
 
-    def _cid(self, name: str) -> str:
-        """The container of ``name``'s running task; TargetError when it runs on another swarm node."""
+    def _task(self, name: str) -> dict[str, Any]:
         c = self.swarm.containers(self.run.run_id).get(name)
         if c is None or not c.get("Container"):
             raise KeyError(f"no running task for node {name!r}")
-        if not self._here:
-            self._here = swarm_state(self.swarm.client)["node_id"]
-        if c.get("SwarmNode") != self._here:
-            raise TargetError(f"{name} runs on swarm node {c.get('SwarmNode')}, not on this engine "
-                              f"({self._here}): pause and link faults act on a task's container, which only the "
-                              "engine running it can reach")
-        return str(c["Container"])
+        return c
+
+    def _cid(self, name: str) -> str:
+        """The container of ``name``'s running task (on the engine :meth:`_api` gives)."""
+        return str(self._task(name)["Container"])
+
+    def _api(self, name: str) -> Any:
+        """The engine of the swarm node running ``name``'s task (a snekbed cluster's inner host, the manager's own,
+        or one named in $SNEKBED_SWARM_ENGINES); TargetError when none is known."""
+        return self._where(name)[0]
+
+    def _where(self, name: str) -> tuple[Any, str]:
+        """The engine running ``name``'s task (as :meth:`_api`) and the task's container there (one task lookup)."""
+        task = self._task(name)
+        node_id = str(task.get("SwarmNode") or "")
+        hostname = self._hostnames().get(node_id, "")
+        try:
+            return self.engines.client(hostname).api, str(task["Container"])
+        except SwarmEngineError as exc:
+            raise TargetError(f"{name} runs on swarm node {hostname or node_id}: {exc}") from None
+
+    def _hostnames(self) -> dict[str, str]:
+        if not self._hosts_by_id:
+            self._hosts_by_id = self.swarm.hostnames()
+        return self._hosts_by_id
 
     def probe_route(self, a: str, b: str) -> tuple[str, str] | None:
         """The swarm allocates link addresses (a reconnected dialer gets a fresh one): a probe over a link goes
@@ -102,10 +126,13 @@ class SwarmChaos(DockerChaos):
         assert self.plan is not None
         ln = self.plan.links[index]
         if ln.dialer not in self.stopped and ln.dialer not in self.removed:
-            cid = self._cid(ln.dialer)
+            api, cid = await self._docker(self._where, ln.dialer)
+            nets = (await self._docker(api.inspect_container, cid))["NetworkSettings"]["Networks"] or {}
+            if nets.get(ln.net.name, {}).get("IPAddress"):
+                self._cut_at[index] = (cid, nets[ln.net.name]["IPAddress"])
             try:
-                await self._docker(lambda: self._endpoints(self.docker.api.disconnect_container_from_network,
-                                                           cid, self.net_ids[ln.net.name], force=True))  # fmt: skip
+                await self._docker(lambda: self._endpoints(api.disconnect_container_from_network, cid,
+                                                           self.net_ids[ln.net.name], force=True))  # fmt: skip
             except Exception as exc:
                 if "is not connected" not in str(exc):
                     raise
@@ -115,11 +142,12 @@ class SwarmChaos(DockerChaos):
         assert self.plan is not None
         ln = self.plan.links[index]
         if ln.dialer not in self.stopped and ln.dialer not in self.removed:
-            cid = self._cid(ln.dialer)
-            try:
-                await self._docker(lambda: self._endpoints(self.docker.api.connect_container_to_network,
-                                                           cid, self.net_ids[ln.net.name],
-                                                           aliases=[link_alias(ln.index, ln.dialer)]))  # fmt: skip
+            api, cid = await self._docker(self._where, ln.dialer)
+            was, ip = self._cut_at.pop(index, ("", None))
+            try:  # the address it had: a fresh one from a worker's engine may be an address the other end holds
+                await self._docker(lambda: self._endpoints(api.connect_container_to_network, cid,
+                                                           self.net_ids[ln.net.name], ipv4_address=ip if was == cid
+                                                           else None, aliases=[link_alias(ln.index, ln.dialer)]))
             except Exception as exc:
                 if "already exists" not in str(exc):
                     raise
@@ -221,6 +249,7 @@ class SwarmChaos(DockerChaos):
             await trio.to_thread.run_sync(partition_host, h, True)
             self._host_cut.setdefault(host, set()).update(links)
             self.down_links.update(links)
+        self.engines.forget()  # a host started again may have a new address on the cluster's bridge
         placements = await trio.to_thread.run_sync(self.node_hosts)
         faults = list((self.run.meta().get("hosts") or {}).get("faults", []))
         faults.append({"action": action, "host": host, "nodes": nodes, "at_mono_s": round(self.now(), 3)})

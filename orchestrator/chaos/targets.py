@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import networkx as nx
 
 __all__ = ["TargetError", "TargetView", "balanced_halves", "min_cut_groups", "resolve_link", "resolve_nodes",
-           "sample_pairs"]
+           "sample_pairs", "with_focus"]
 
 
 class TargetError(ValueError):
@@ -208,3 +208,20 @@ def sample_pairs(graph: nx.Graph, n: int, rng: random.Random) -> list[tuple[str,
         a, b = rng.sample(c, 2)
         out.add((a, b))
     return sorted(out)
+
+
+def with_focus(graph: nx.Graph, pairs: list[tuple[str, str]], focus: tuple[str, ...],
+               turns: int = 1) -> list[tuple[str, str]]:  # fmt: skip
+    """The mesh's turns with ``focus``: every pair to and from each focus node and each other node of its
+    component (``(v, x), (x, v)``, x by name, each ``turns`` times in a row: a pair's pings alternate modes, so
+    with ``turns`` the number of modes each focus pair is pinged in every mode within the same second)
+    alternates with ``pairs``, the shorter list repeating: a window of any length holds about as many pings of
+    the focus nodes as others, in every mode (a victim's reachability is measured in every attack window, not
+    only when the rotation happens to reach its pairs). ``pairs`` itself without focus."""
+    extra = [p for v in focus if v in graph for x in sorted(nx.node_connected_component(graph, v) - {v})
+             for p in ((v, x), (x, v)) * turns]  # fmt: skip
+    seen = set(extra)
+    rest = [p for p in pairs if p not in seen]
+    if not extra or not rest:
+        return extra or list(pairs)
+    return [p for i in range(max(len(extra), len(rest))) for p in (extra[i % len(extra)], rest[i % len(rest)])]

@@ -48,8 +48,8 @@ from orchestrator.experiments.ab import _options, _step_summary
 from orchestrator.model.runs import new_run_id
 from orchestrator.model.topology import Topology
 
-__all__ = ["ATTACKS", "SELECT_RULES", "AttackError", "AttackPlan", "AttackSpec", "attack_scenario", "choose",
-           "run_attack"]
+__all__ = ["ATTACKS", "SELECT_RULES", "AttackError", "AttackPlan", "AttackSpec", "attack_scenario",
+           "catalogue_scenario", "choose", "run_attack"]
 
 SELECT_RULES = ("random", "max_degree", "victim")
 
@@ -163,19 +163,15 @@ def _step(spec: dict[str, Any], victim: str) -> dict[str, Any]:
     return {k: (victim if v == "VICTIM" else v) for k, v in spec.items()}
 
 
-def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scenario, dict[str, Any]]:
-    """The scenario of one run and what the manifest keeps of it (adversaries, victim, the window's step indexes).
-    AttackError when the steps are not valid in this build (a strategy not implemented yet)."""
-    a, topo = plan.attack, plan.topology
-    n = len(topo.nodes)
-    k = adversary_count(fraction, n)
-    victim = victim_of(topo, seed)
-    steps: list[dict[str, Any]] = [{"action": "wait", "until": "converged", "within_s": 180}]
+def _on_off(a: AttackSpec, topo: Topology, k: int, rule: str, seed: int, victim: str,
+            prefix: str = "adv") -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """One attack's adversaries and the steps that turn them on and off (module doc, 2 and 4); joined adversaries
+    are named ``<prefix>01``, ``<prefix>02``, ..."""
     on: list[dict[str, Any]] = []
     off: list[dict[str, Any]] = []
     if a.joins is not None:
-        adversaries = [f"adv{i + 1:02d}" for i in range(k)]
-        points = choose(topo, 2 * k, plan.rule, seed, victim)
+        adversaries = [f"{prefix}{i + 1:02d}" for i in range(k)]
+        points = choose(topo, 2 * k, rule, seed, victim)
         for i, name in enumerate(adversaries):
             peers = [victim] + points[i:i + 1] if a.joins == "near" else points[2 * i:2 * i + 2] or [victim]
             key = {"near": victim, "side": "above" if i % 2 == 0 else "below"} if a.joins == "near" else {
@@ -185,13 +181,44 @@ def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scena
             on.append({"action": "adversary", "target": name, **_step(a.step, victim), "check": False})
             off.append({"action": "kill", "target": name, "check": False})
     else:
-        adversaries = choose(topo, k, plan.rule, seed, victim)
+        adversaries = choose(topo, k, rule, seed, victim)
         for name in adversaries:
             on.append({"action": "adversary", "target": name, **_step(a.step, victim), "check": False})
             off.append({"action": "adversary", "target": name, **a.leave, "check": False})
     if not adversaries:
-        on = [{"action": "note", "note": "attack window opens (no adversary at fraction 0)"}]
-        off = [{"action": "note", "note": "attack window closes"}]
+        on = [{"action": "note", "note": f"{a.name}: attack window opens (no adversary at fraction 0)"}]
+        off = [{"action": "note", "note": f"{a.name}: attack window closes"}]
+    return adversaries, on, off
+
+
+def _traffic(n: int, victim: str | None) -> dict[str, Any]:
+    # a targeted attack's mesh has the victim's pairs take every other turn (targets.with_focus), at twice the
+    # rate: its reachability is measured in every window, from some 5 pings a second, the others' as untargeted
+    traffic: dict[str, Any] = {"rate_per_s": 10, "pairs": min(n * (n - 1), 60), "modes": ["snek", "tree"]}
+    if victim is not None:
+        traffic |= {"rate_per_s": 20, "focus": [victim]}
+    return traffic
+
+
+def _validated(doc: dict[str, Any], what: str, strategy: str) -> Scenario:
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise AttackError(f"{what}: its scenario is not valid in this build ({where}: {first['msg']}); "
+                          f"the strategy {strategy!r} may not be implemented yet") from None
+
+
+def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scenario, dict[str, Any]]:
+    """The scenario of one run and what the manifest keeps of it (adversaries, victim, the window's step indexes).
+    AttackError when the steps are not valid in this build (a strategy not implemented yet)."""
+    a, topo = plan.attack, plan.topology
+    n = len(topo.nodes)
+    k = adversary_count(fraction, n)
+    victim = victim_of(topo, seed)
+    steps: list[dict[str, Any]] = [{"action": "wait", "until": "converged", "within_s": 180}]
+    adversaries, on, off = _on_off(a, topo, k, plan.rule, seed, victim)
     on_index = len(steps)
     steps += on
     steps.append({"action": "wait", "s": plan.window_s, "check": False})
@@ -200,20 +227,51 @@ def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scena
     steps.append({"action": "check", "reconvergence": True, "settle_s": plan.settle_s,
                   "note": "after the adversaries left"})
     targeted = a.targeted or plan.rule == "victim"
-    # a targeted attack samples many more pairs, so that some have the victim at one end on a big network too
-    pairs, rate = (min(n * (n - 1), 40 * n), 20) if targeted else (min(n * (n - 1), 60), 10)
     doc = {"name": f"attack-{a.name}-f{fraction:g}", "description": a.what, "settle_s": plan.settle_s,
-           "traffic": {"rate_per_s": rate, "pairs": pairs, "modes": ["snek", "tree"]}, "steps": steps}
-    try:
-        sc = Scenario.model_validate(doc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise AttackError(f"attack {a.name}: its scenario is not valid in this build ({where}: {first['msg']}); "
-                          f"the strategy {a.step.get('strategy', 'drop')!r} may not be implemented yet") from None
+           "traffic": _traffic(n, victim if targeted else None), "steps": steps}
+    sc = _validated(doc, f"attack {a.name}", a.step.get("strategy", "drop"))
     info = {"adversaries": adversaries, "victim": victim if targeted else None,
             "k": k, "window": [on_index, off_index]}  # fmt: skip
     return sc, info
+
+
+def catalogue_scenario(topology: Topology, fraction: float, seed: int, *, window_s: float, settle_s: float,
+                       attacks: Sequence[str] = tuple(ATTACKS)) -> tuple[Scenario, list[dict[str, Any]]]:
+    """Every attack of ``attacks`` (catalogue order by default) in turn in ONE run on ``topology`` at ``fraction``
+    (docs/attacks.md, "Every attack in one run"): wait converged; then per attack its on steps, a wait of
+    ``window_s``, its off steps and a check with re-convergence, each exactly as :func:`attack_scenario` builds
+    them (the attack's own ``--select`` rule, the seed's victim). Joined adversaries are named after their attack
+    (``sybil-01``, ``root-takeover-01``), unique across the run. The mesh is focused on the victim when any attack
+    is targeted: its reachability is then measured in every window (sybil's the only damage one sees), the other
+    half of the pings measure the untargeted ones. Returns the scenario and, per attack, ``name``,
+    ``adversaries``, ``victim`` (targeted attacks only), ``k`` and ``window`` ``[on_index, off_index,
+    check_index]``. AttackError: an unknown attack, a fraction outside [0, 1], a strategy this build lacks."""
+    specs = [attack_of(name) for name in attacks]
+    if not specs:
+        raise AttackError("the catalogue run needs at least one attack")
+    check_fractions([fraction])
+    n = len(topology.nodes)
+    k = adversary_count(fraction, n)
+    victim = victim_of(topology, seed)
+    steps: list[dict[str, Any]] = [{"action": "wait", "until": "converged", "within_s": 180}]
+    infos: list[dict[str, Any]] = []
+    for a in specs:
+        adversaries, on, off = _on_off(a, topology, k, a.select, seed, victim, prefix=a.name.replace("_", "-") + "-")
+        on_index = len(steps)
+        steps += on
+        steps.append({"action": "wait", "s": window_s, "check": False})
+        off_index = len(steps)
+        steps += off
+        infos.append({"name": a.name, "adversaries": adversaries, "k": k,
+                      "victim": victim if a.targeted or a.select == "victim" else None,
+                      "window": [on_index, off_index, len(steps)]})  # fmt: skip
+        steps.append({"action": "check", "reconvergence": True, "settle_s": settle_s,
+                      "note": f"{a.name}: after the adversaries left"})
+    targeted = any(i["victim"] is not None for i in infos)
+    doc = {"name": f"attack-catalogue-f{fraction:g}", "settle_s": settle_s,
+           "description": "every attack in turn: " + ", ".join(a.name for a in specs),
+           "traffic": _traffic(n, victim if targeted else None), "steps": steps}
+    return _validated(doc, "the catalogue run", ", ".join(a.step.get("strategy", "drop") for a in specs)), infos
 
 
 def run_attack(plan: AttackPlan, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:

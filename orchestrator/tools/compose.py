@@ -33,12 +33,12 @@ import yaml
 from node.core.crypto import Identity
 
 from orchestrator.backends.docker_net import (
-    LABEL_LINK,
     LABEL_NODE,
     LABEL_ROLE,
     LABEL_RUN,
     AddressPlan,
     DockerBackendError,
+    link_labels,
     plan_addresses,
 )
 from orchestrator.backends.docker_plan import (
@@ -190,8 +190,7 @@ def _networks(plan: AddressPlan, run_id: str) -> dict[str, Any]:
     for ln in plan.links:
         networks_doc[f"l{ln.index}"] = {
             "driver": "bridge", "internal": True,
-            "labels": {LABEL_RUN: run_id, LABEL_ROLE: "link", LABEL_LINK: str(ln.index), "snekbed.a": ln.a,
-                       "snekbed.b": ln.b, "snekbed.class": ln.link_class},
+            "labels": link_labels(run_id, ln),
             "ipam": {"config": [{"subnet": ln.net.subnet, "gateway": ln.net.gateway}]},
         }
     return networks_doc

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,13 @@ from contract.links import LinkShape
 from netem.measure import MeasureError, best_throughput, node_rtt, transfer_bytes, udp_loss
 from netem.plan import ShapingBackend
 from netem.probe import probe
-from orchestrator.backends.shaping import Endpoint, ShapingError, ShapingRecord, find_dev, load_record, where_shaped
-from orchestrator.backends.shaping_runs import record_path, run_backend, run_endpoints
+from orchestrator.backends.shaping import (
+    Endpoint, ShapingError, ShapingRecord, ShapingRefused, find_dev, load_record, where_shaped,
+)  # fmt: skip
+from orchestrator.backends.shaping_runs import (
+    link_shape_in, record_path, run_backend, run_endpoints, run_meta, run_topology,
+)  # fmt: skip
+from orchestrator.backends.swarm_links import swarm_links
 
 __all__ = [
     "LOSS_TOLERANCE_PP",
@@ -54,6 +59,7 @@ __all__ = [
     "RATE_TOLERANCE_PCT",
     "RTT_FLOOR_MS",
     "RTT_TOLERANCE_PCT",
+    "USERSPACE_SKIP",
     "CheckOptions",
     "LinkCheck",
     "Side",
@@ -77,6 +83,9 @@ METRICS = ("rtt", "loss", "rate")
 #: A SNEK-routed Traffic frame carrying the 75-byte ping payload (12 header + 2 x 2 empty
 #: coordinates + 2 x 32 keys + 33 watermark + 75); tests check it against node.core.wire.
 PING_FRAME_BYTES = 188
+#: Why loss and rate are not measured on the userspace backend (the RTT, through the nodes, is).
+USERSPACE_SKIP = ("userspace shaping: the node's transport drops and paces its own peering's frames; UDP probes and "
+                  "TCP transfers between the containers go around it and would measure the network underneath")
 #: Per-segment bytes a kernel rate limiter counts on top of a frame: Ethernet 14, IPv4 20, TCP 20 + 12 (timestamps).
 TCP_SEGMENT_OVERHEAD_BYTES = 66
 _P95_TRIANGULAR = 2 - math.sqrt(0.4)  # 95th percentile of the sum of two uniform(-1, 1): 1.368
@@ -179,13 +188,15 @@ class LinkCheck(BaseModel):
     probe: dict[str, Any]
     fallback: str | None
     conditions: dict[str, Any] = {}  # host load while measuring: userspace delay timing depends on it
+    hosts: dict[str, str] = {}  # on a swarm: each end's node -> the host its task runs on
     notes: list[str] = []
 
     def to_json(self) -> dict[str, Any]:
         return {"link": self.link, "class": self.link_class, "backend": self.backend, "asked": self.asked,
                 "got": self.got, "pass": self.passed, "tolerance": tolerances(), "checks": self.checks,
                 "shaping": self.shaping, "probe": self.probe, "fallback": self.fallback,
-                "conditions": self.conditions, "notes": self.notes}
+                "conditions": self.conditions, "notes": self.notes,
+                **({"hosts": self.hosts, "crosses_hosts": len(set(self.hosts.values())) > 1} if self.hosts else {})}
 
 
 def host_load() -> float | None:
@@ -219,7 +230,6 @@ def check_link(link: str, link_class: str, shape: LinkShape, backend: ShapingBac
     load_before = host_load()
     got: dict[str, Any] = {}
     checks: dict[str, dict[str, Any]] = {}
-    names = (a.node, b.node)
     if "rtt" in options.metrics:
         try:
             asked_rtt = float(asked["rtt_ms"] or 0.0)
@@ -244,18 +254,13 @@ def check_link(link: str, link_class: str, shape: LinkShape, backend: ShapingBac
                 checks["rtt"].update({"pass": False, "error": f"some pings took another path (hops {indirect})"})
         except MeasureError as exc:
             checks["rtt"] = {"pass": False, "error": str(exc)}
-    if "loss" in options.metrics:
-        try:
-            ab, ba = udp_loss(a.container, b.container, a.ip, b.ip, count=options.loss_probes,
-                              rate_mbit=shape.rate_mbit, names=names)
-            got.update({"loss_pct": {r.direction: _r(r.loss_pct) for r in (ab, ba)},
-                        "loss_probes": options.loss_probes})
-            checks["loss"] = judge_loss(shape.loss_pct, {r.direction: r.loss_pct for r in (ab, ba)})
-            if ab.send_errors or ba.send_errors:
-                checks["loss"]["send_errors"] = {ab.direction: ab.send_errors, ba.direction: ba.send_errors}
-        except MeasureError as exc:
-            checks["loss"] = {"pass": False, "error": str(exc)}
-    if "rate" in options.metrics:
+    if backend == "userspace":  # probes between the containers would measure the network under the shaper
+        for metric in ("loss", "rate"):
+            if metric in options.metrics:
+                checks[metric] = {"pass": True, "skipped": USERSPACE_SKIP}
+    elif "loss" in options.metrics:
+        checks["loss"] = _loss(shape, a, b, options, got)
+    if "rate" in options.metrics and backend != "userspace":
         if shape.rate_mbit is None:
             checks["rate"] = {"pass": True, "skipped": "the class sets no rate"}
         else:
@@ -289,6 +294,20 @@ def check_link(link: str, link_class: str, shape: LinkShape, backend: ShapingBac
                      fallback=fallback_sentence(capabilities, backend), conditions=conditions, notes=notes)
 
 
+def _loss(shape: LinkShape, a: Side, b: Side, options: CheckOptions, got: dict[str, Any]) -> dict[str, Any]:
+    """Measure one-way loss both ways (into ``got``) and judge it."""
+    try:
+        ab, ba = udp_loss(a.container, b.container, a.ip, b.ip, count=options.loss_probes, rate_mbit=shape.rate_mbit,
+                          names=(a.node, b.node))
+    except MeasureError as exc:
+        return {"pass": False, "error": str(exc)}
+    got.update({"loss_pct": {r.direction: _r(r.loss_pct) for r in (ab, ba)}, "loss_probes": options.loss_probes})
+    judged = judge_loss(shape.loss_pct, {r.direction: r.loss_pct for r in (ab, ba)})
+    if ab.send_errors or ba.send_errors:
+        judged["send_errors"] = {ab.direction: ab.send_errors, ba.direction: ba.send_errors}
+    return judged
+
+
 # ---------------------------------------------------------------- a whole run
 
 
@@ -301,10 +320,15 @@ def _pairs(endpoints: list[Endpoint]) -> dict[str, tuple[Endpoint, Endpoint | No
 
 def check_endpoints(endpoints: list[Endpoint], *, record: ShapingRecord | None, client: Any,
                     keys: dict[str, str] | None = None, options: CheckOptions = CheckOptions(),
-                    links: Iterable[str] | None = None, backend: ShapingBackend | None = None) -> list[LinkCheck]:
+                    links: Iterable[str] | None = None, backend: ShapingBackend | None = None,
+                    container_of: Callable[[Endpoint], Any] | None = None,
+                    hosts: Mapping[str, str] | None = None) -> list[LinkCheck]:
     """Check every link among ``endpoints`` (or only ``links``). Judged against the record's backend; without
-    a record against ``backend`` (the one the nodes were started for), else the probe's. Never raises for a
-    failed measurement."""
+    a record against ``backend`` (the one the nodes were started for), else the probe's. ``container_of`` finds
+    an end's container (default: ``client``'s); ``hosts`` (node -> host, a swarm's) goes into each result. Never
+    raises for a failed measurement."""
+    if container_of is None:
+        container_of = lambda ep: client.containers.get(ep.container_id)  # noqa: E731
     if record is not None:
         caps, chosen, notes = record.capabilities, record.backend, list(record.notes)
     else:
@@ -330,14 +354,18 @@ def check_endpoints(endpoints: list[Endpoint], *, record: ShapingRecord | None, 
                                                                for m in options.metrics},
                                  shaping=where, probe=caps, fallback=fallback_sentence(caps, chosen), notes=notes))
             continue
-        sides = [Side(ep.node, client.containers.get(ep.container_id), ep.ip, (keys or {}).get(ep.node))
-                 for ep in (ea, eb)]
-        out.append(check_link(link, ea.link_class, ea.shape, chosen, sides[0], sides[1], capabilities=caps,
-                              where=where, options=options, notes=notes))
+        sides = [Side(ep.node, container_of(ep), ep.ip, (keys or {}).get(ep.node)) for ep in (ea, eb)]
+        done = check_link(link, ea.link_class, ea.shape, chosen, sides[0], sides[1], capabilities=caps, where=where,
+                          options=options, notes=notes)
+        if hosts:
+            done.hosts = {n: hosts.get(n, "") for n in (ea.node, eb.node)}
+        out.append(done)
     return out
 
 
 def _dev_or(ep: Endpoint) -> str:
+    if not ep.pid:  # a swarm task on another host: its namespace is not this host's to enter
+        return "<dev>"
     try:
         return find_dev(ep.pid, ep.ip)
     except ShapingError:
@@ -355,14 +383,20 @@ def check_run(run_id: str, *, client: Any = None, runs_dir: str | Path | None = 
         import docker
 
         client = docker.from_env()
-    eps = endpoints if endpoints is not None else run_endpoints(run_id, client=client, runs_dir=runs_dir)
     path = record_path(run_id, runs_dir)
-    try:
-        keys = dict((json.loads(path.with_name("meta.json").read_text(encoding="utf-8")).get("nodes") or {}))
-    except (OSError, ValueError):
-        keys = {}
+    meta = run_meta(run_id, runs_dir)
+    keys = dict(meta.get("nodes") or {})
+    swarm = None
+    if endpoints is None and meta.get("backend") == "swarm":  # tasks on several hosts: found through the manager
+        topology = run_topology(run_id, runs_dir)
+        swarm = swarm_links(run_id, client, lambda i, cls: link_shape_in(topology, i, cls))
+        if not swarm.endpoints:
+            raise ShapingRefused(f"swarm run {run_id!r}: no running link ends (is it up?)")
+    eps = endpoints if endpoints is not None else swarm.endpoints if swarm else run_endpoints(
+        run_id, client=client, runs_dir=runs_dir)
     results = check_endpoints(eps, record=load_record(path), client=client, keys=keys, options=options, links=links,
-                              backend=run_backend(run_id, runs_dir))
+                              backend=run_backend(run_id, runs_dir), container_of=swarm.container if swarm else None,
+                              hosts=swarm.hosts if swarm else None)
     if path.parent.is_dir():
         tmp = path.with_name(".links_check.json.tmp")
         tmp.write_text(json.dumps([r.to_json() for r in results], indent=2) + "\n", encoding="utf-8")

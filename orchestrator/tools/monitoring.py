@@ -78,11 +78,34 @@ class _SinceLastFault(Collector):
         yield g
 
 
+class _Served:
+    """The registry as the exporter serves it: every collection is a scrape, and records which of the run's
+    updates it carried (what :meth:`RunMetrics.flush` waits on)."""
+
+    def __init__(self, metrics: RunMetrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        version = self.m.version
+        yield from self.m.registry.collect()
+        self.m.served(version)
+
+    def restricted_registry(self, names: Iterable[str]) -> Any:  # a `name[]` query: not a whole scrape
+        return self.m.registry.restricted_registry(names)
+
+
 class RunMetrics:
-    """The orchestrator's view of one run (module docstring), thread-safe, in its own registry."""
+    """The orchestrator's view of one run (module docstring), thread-safe, in its own registry.
+
+    The exporter goes away with the orchestrator: whatever Prometheus scraped last is the run's last word on
+    it. :meth:`flush` waits until a scrape has carried every update, so that word is the final one.
+    """
 
     def __init__(self, run_id: str, registry: CollectorRegistry | None = None) -> None:
         self.run_id = run_id
+        self._cond = threading.Condition()
+        self.version = 0  # bumped by every update
+        self._served = -1  # the version the last whole scrape carried (-1: never scraped)
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r, run = self.registry, ["run"]
         self._live = Gauge("snekbed_live_nodes", "Nodes running and not paused.", run, registry=r)
@@ -110,22 +133,45 @@ class RunMetrics:
         self.last_fault_wall = time.time() if wall is None else wall
         self._faults.labels(self.run_id, kind).inc()
         self._last_fault.labels(self.run_id).set(self.last_fault_wall)
+        self._updated()
 
     def observe(self, live_nodes: int, components: int, tree: bool, snake: bool) -> None:
         self._live.labels(self.run_id).set(live_nodes)
         self._components.labels(self.run_id).set(components)
         self._converged.labels(self.run_id, "tree").set(1 if tree else 0)
         self._converged.labels(self.run_id, "snake").set(1 if snake else 0)
+        self._updated()
 
     def episode(self, tree_s: float | None, snake_s: float | None) -> None:
         """The last fault episode re-converged after these many seconds (None: it did not, the series is kept)."""
         for kind, value in (("tree", tree_s), ("snake", snake_s)):
             if value is not None:
                 self._reconv.labels(self.run_id, kind).set(value)
+        self._updated()
 
     def ping(self, mode: str, delivered: bool, n: int = 1) -> None:
         """``n`` more pings of the run's traffic in ``mode`` were answered (delivered) or lost."""
         self._pings.labels(self.run_id, mode, "received" if delivered else "lost").inc(n)
+        self._updated()
+
+    def _updated(self) -> None:
+        with self._cond:
+            self.version += 1
+
+    def served(self, version: int) -> None:
+        """A scrape carried every update up to ``version`` (the exporter calls this)."""
+        with self._cond:
+            self._served = max(self._served, version)
+            self._cond.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until a scrape has carried every update made so far: True when one has.
+        False also when nothing ever scraped the exporter (no Prometheus reached it): nothing to wait for then."""
+        with self._cond:
+            target = self.version
+            if self._served < 0:
+                return False
+            return self._cond.wait_for(lambda: self._served >= target, timeout_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -152,7 +198,7 @@ class MetricsServer:
 
 def serve_metrics(metrics: RunMetrics, host: str, port: int = 0) -> MetricsServer:
     """Serve ``metrics`` on ``host:port`` (0: a free port) in a daemon thread. Raises OSError."""
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    server, thread = start_http_server(port, addr=host, registry=_Served(metrics))  # type: ignore[arg-type]
     return MetricsServer(host, int(server.server_address[1]), server, thread)
 
 
@@ -288,11 +334,16 @@ class RunMonitoring:
 
     prometheus: PrometheusInfo
     exporter: MetricsServer | None
+    metrics: RunMetrics | None = None
 
-    def close(self) -> None:
-        """Stop the exporter (Prometheus is a container of the run: it goes with the run)."""
-        if self.exporter is not None:
-            self.exporter.close()
+    def close(self, flush: bool = True) -> None:
+        """Stop the exporter (Prometheus is a container of the run: it goes with the run). With ``flush``, once
+        Prometheus has scraped the run's last update (at most two scrape intervals and a second)."""
+        if self.exporter is None:
+            return
+        if flush and self.metrics is not None:
+            self.metrics.flush(2 * SCRAPE_INTERVAL_S + 1)
+        self.exporter.close()
 
 
 def monitor_docker_run(client: docker.DockerClient, plan: AddressPlan, *, image: str,
@@ -315,4 +366,4 @@ def monitor_docker_run(client: docker.DockerClient, plan: AddressPlan, *, image:
         if exporter is not None:
             exporter.close()
         raise
-    return RunMonitoring(prom, exporter)
+    return RunMonitoring(prom, exporter, metrics)

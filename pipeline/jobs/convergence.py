@@ -7,9 +7,12 @@ exactly, with window functions:
    updates its node's state; a window per node carries the latest root and
    descending forward (``node_started`` resets them to the node itself / null);
    events at the same instant collapse to the state after the last of them;
-2. joined with the episodes, each live node's state at ``t0`` and each change
+2. set beside the episodes, each live node's state at ``t0`` and each change
    in ``(t0, t1)`` is marked good or bad against the expected state (tree: the
-   root; snake: root and descending);
+   root; snake: root and descending). Each change is placed in its episode as
+   of its instant (one window per node over its changes and its episodes'
+   starts), not by joining every episode with every change: a run whose nodes
+   move has an episode per radio tick, and the rows stay linear in both;
 3. per episode, the number of bad nodes is followed instant by instant (a
    running sum of +1/-1 transitions); every instant is the ``mono_s`` of the
    last change that led into it. As the in-process observer measures:
@@ -142,6 +145,38 @@ def _instants(initial: DataFrame, steps: DataFrame, prefix: str, until: DataFram
     return out.select(*cols)
 
 
+def _episode_states(episodes: DataFrame, states: DataFrame) -> DataFrame:
+    """Per episode and live node: its state at ``t0`` (``is_init``: the latest at or before ``t0``, blank and not
+    started if none) and each state change in ``(t0, t1)``, with the episode's expected state.
+
+    As of: the node's episode starts (markers) and its state changes in one window per node, in time order, a change
+    at an episode's ``t0`` before the marker (it is the state at ``t0``, in no episode's window): a marker takes the
+    latest change before it, a change the latest marker before it (of the higher episode at one instant), and is in
+    that episode's window when before its ``t1`` (the node may have left the episodes since)."""
+    keys = ["run_id", "node"]
+    expect = ["episode", "t0_s", "t1_s", "expected_root", "expected_descending"]
+    markers = episodes.select(*keys, *expect, F.col("t0_s").alias("mono_s"), F.lit(1).alias("_marker"),
+                              F.struct(*expect).alias("_ep"))
+    changes = states.select(*keys, "mono_s", F.lit(0).alias("_marker"),
+                            F.struct("root_state", "desc_state", "started").alias("_state"))
+    order = Window.partitionBy(*keys).orderBy("mono_s", "_marker", "episode").rowsBetween(Window.unboundedPreceding, 0)
+    both = markers.unionByName(changes, allowMissingColumns=True).select(
+        *keys, "mono_s", "_marker", F.last("_state", ignorenulls=True).over(order).alias("_state"),
+        F.last("_ep", ignorenulls=True).over(order).alias("_ep"))
+    ep = [F.col("_ep")[c].alias(c) for c in expect]
+    at_t0 = both.where(F.col("_marker") == 1).select(
+        "run_id", *ep, "node", F.col("_ep.t0_s").alias("mono_s"), F.col("_state.root_state").alias("root_state"),
+        F.col("_state.desc_state").alias("desc_state"),
+        F.coalesce(F.col("_state.started"), F.lit(False)).alias("started"), F.lit(True).alias("is_init"))
+    in_window = both.where(
+        (F.col("_marker") == 0) & (F.col("mono_s") > F.col("_ep.t0_s"))
+        & (F.col("_ep.t1_s").isNull() | (F.col("mono_s") < F.col("_ep.t1_s")))
+    ).select("run_id", *ep, "node", "mono_s", F.col("_state.root_state").alias("root_state"),
+             F.col("_state.desc_state").alias("desc_state"), F.col("_state.started").alias("started"),
+             F.lit(False).alias("is_init"))
+    return at_t0.unionByName(in_window)
+
+
 def convergence(events: DataFrame, episodes: DataFrame, bounds: DataFrame) -> DataFrame:
     """events (EVENTS_SCHEMA), episodes (EPISODES_SCHEMA), bounds (episodes.run_bounds) -> CONVERGENCE_SCHEMA.
 
@@ -149,33 +184,8 @@ def convergence(events: DataFrame, episodes: DataFrame, bounds: DataFrame) -> Da
     """
     _need(episodes, ("run_id", "episode", "t0_s", "t1_s", "node", "component", "expected_root",
                      "expected_descending"), "convergence")
-    states = node_states(events)
-    live = episodes.select("run_id", "episode", "t0_s", "t1_s", "node", "expected_root", "expected_descending")
-    joined = live.join(states, ["run_id", "node"], "left")
-    in_window = joined.where(
-        (F.col("mono_s") > F.col("t0_s")) & (F.col("t1_s").isNull() | (F.col("mono_s") < F.col("t1_s")))
-    ).withColumn("is_init", F.lit(False))
-    # The state each live node is in at t0 (none if it has not started yet).
-    # One row per live node: its latest state at or before t0, or (none yet) any row with the state blanked.
-    # A row_number over an explicit order, not dropDuplicates: Spark turns dropDuplicates into first() per
-    # column, which need not take every column from the same row.
-    before = Window.partitionBy("run_id", "episode", "node")
-    latest_first = Window.partitionBy("run_id", "episode", "node").orderBy(F.col("_ok").desc(),
-                                                                            F.col("mono_s").desc_nulls_last())
-    at_t0 = (
-        joined.withColumn("_ok", F.coalesce(F.col("mono_s") <= F.col("t0_s"), F.lit(False)))
-        .withColumn("_last", F.max(F.when(F.col("_ok"), F.col("mono_s"))).over(before))
-        .withColumn("_pick", F.row_number().over(latest_first))
-        .where(F.col("_pick") == 1)
-        .drop("_pick")
-        .withColumn("root_state", F.when(F.col("_last").isNotNull(), F.col("root_state")))
-        .withColumn("desc_state", F.when(F.col("_last").isNotNull(), F.col("desc_state")))
-        .withColumn("started", F.coalesce(F.when(F.col("_last").isNotNull(), F.col("started")), F.lit(False)))
-        .withColumn("mono_s", F.col("t0_s"))
-        .withColumn("is_init", F.lit(True))
-        .drop("_ok", "_last")
-    )
-    rows = at_t0.unionByName(in_window).withColumn("is_init_order", F.when(F.col("is_init"), 0).otherwise(1))
+    rows = _episode_states(episodes, node_states(events))
+    rows = rows.withColumn("is_init_order", F.when(F.col("is_init"), 0).otherwise(1))
     # Materialize ``rows`` once: the snake and the tree timelines (and the tree's join with the snake's
     # instants) all derive from it. Planned as one query, pyspark 4.3.0 returned null convergence times for
     # nearly every episode as soon as its joins were sort-merge joins (inputs over the 10 MB

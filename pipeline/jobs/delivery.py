@@ -35,11 +35,15 @@ def _bucket(col_name: str, bounds: Sequence[float]) -> F.Column:
     return expr.otherwise(f">={lower:g}s")
 
 
-def enrich_pings(pings: DataFrame, actions: DataFrame, bounds: DataFrame) -> DataFrame:
-    """pings (PINGS_SCHEMA), actions (ACTIONS_SCHEMA), bounds (episodes.run_bounds) -> PINGS_ENRICHED_SCHEMA.
+def enrich_pings(pings: DataFrame, actions: DataFrame, bounds: DataFrame,
+                 radio_marks: DataFrame | None = None) -> DataFrame:
+    """pings (PINGS_SCHEMA), actions (ACTIONS_SCHEMA), bounds (episodes.run_bounds) and, for runs whose nodes
+    move, the instants radio link changes open episodes (``radio_marks``: run_id, t; ``episodes.radio_openings``)
+    -> PINGS_ENRICHED_SCHEMA.
 
-    ``episode`` counts the episode-opening actions at or before the send time (0 = run start);
-    a ping sent at the instant of an action belongs to the new episode.
+    ``episode`` counts the episode-opening actions and radio instants at or before the send time (0 = run start),
+    as the episodes table numbers them; a ping sent at such an instant belongs to the new episode.
+    ``since_disruption_s`` counts from the last action (the faults), never from a radio change.
     """
     for df, cols in ((pings, ("run_id", "sent_mono_s", "hops", "shortest_links", "link_classes")),
                      (actions, ("run_id", "mono_s", "action"))):
@@ -50,6 +54,10 @@ def enrich_pings(pings: DataFrame, actions: DataFrame, bounds: DataFrame) -> Dat
         "run_id", F.col("mono_s").alias("t"), F.lit(0).alias("kind"), F.col("mono_s").alias("mark"),
         F.lit(None).cast("long").alias("pid"),
     )
+    if radio_marks is not None:  # an episode each, but no disruption: no mark for since_disruption_s
+        marks = marks.unionByName(radio_marks.select(
+            "run_id", F.col("t").cast("double").alias("t"), F.lit(0).alias("kind"),
+            F.lit(None).cast("double").alias("mark"), F.lit(None).cast("long").alias("pid")))
     with_id = pings.withColumn("pid", F.monotonically_increasing_id())
     points = with_id.select("run_id", F.col("sent_mono_s").alias("t"), F.lit(1).alias("kind"),
                             F.lit(None).cast("double").alias("mark"), "pid")

@@ -12,7 +12,10 @@ Per run, ``mobility_runs`` also gives the stretch of the delivered connected pin
 in-process observer's: path links over shortest-path links) and, given the runs' events, the control frames and
 bytes sent per node-second of reported time (``overhead.control_per_run`` over ``overhead.overhead_by_node``: each
 node's own ``frame_stats`` coverage, no guess about when it started or stopped), so delivery, stretch and overhead
-stand beside the mean speed.
+stand beside the mean speed; and, given the convergence table, its radio episodes (``radio_convergence``: every
+instant with a radio link change opens one, pipeline.jobs.episodes): how many, the share whose tree and snake
+converged before the next episode began (a radio episode cut short by the next change is censored: not converged),
+and the median convergence time of those that did.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from pyspark.sql import functions as F
 from pipeline import schemas
 from pipeline.errors import JobInputError
 from pipeline.jobs.delivery import enrich_pings
+from pipeline.jobs.episodes import RADIO_ACTION
 from pipeline.jobs.overhead import control_per_run, overhead_by_node
 
-__all__ = ["mobility_runs", "mobility_timeline"]
+__all__ = ["mobility_runs", "mobility_timeline", "radio_convergence"]
 
 
 def _ping_counts(pings: DataFrame, keys: list[str]) -> DataFrame:
@@ -101,12 +105,43 @@ def _control(events: DataFrame | None, moving: DataFrame) -> DataFrame:
     return control_per_run(overhead_by_node(events.join(moving, "run_id")))
 
 
-def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame, events: DataFrame | None = None) -> DataFrame:
-    """mobility rows, pings, bad lines (run_id, bad_lines), events -> MOBILITY_RUNS_SCHEMA: per run, the nodes that
-    moved, the time from its first to its last position line (``moved_s``), their mean speed (each node's path
-    between its position lines, summed, over nodes and ``moved_s``), radio link changes (per second of ``moved_s``),
-    delivery among connected pairs, the stretch of the delivered ones, and control frames and bytes sent per
-    node-second (null without ``events``, or for a run without ``frame_stats``)."""
+_RADIO_COLS = ("radio_episodes", "radio_tree_converged_share", "radio_snake_converged_share", "radio_tree_median_s",
+               "radio_snake_median_s")
+
+
+def radio_convergence(convergence: DataFrame) -> DataFrame:
+    """convergence (CONVERGENCE_SCHEMA) -> (run_id, radio_episodes, radio_tree_converged_share,
+    radio_snake_converged_share, radio_tree_median_s, radio_snake_median_s) of the runs with radio episodes: their
+    number, the share whose tree / snake converged within the episode (``*_converged_s`` not null), and the exact
+    median of those convergence times."""
+    missing = [c for c in ("run_id", "action", "tree_converged_s", "snake_converged_s") if c not in convergence.columns]
+    if missing:
+        raise JobInputError("radio_convergence", f"input lacks columns {missing}")
+    share = [F.avg(F.col(f"{kind}_converged_s").isNotNull().cast("double")).alias(f"radio_{kind}_converged_share")
+             for kind in ("tree", "snake")]
+    medians = [F.percentile(f"{kind}_converged_s", 0.5).alias(f"radio_{kind}_median_s") for kind in ("tree", "snake")]
+    return convergence.where(F.col("action") == RADIO_ACTION).groupBy("run_id").agg(
+        F.count("*").alias("radio_episodes"), *share, *medians)
+
+
+def _radio(convergence: DataFrame | None, moving: DataFrame) -> DataFrame:
+    """``radio_convergence`` of the moving runs (0 episodes for one without any), or its columns null when the
+    convergence table is not given."""
+    if convergence is None:
+        return moving.select("run_id", F.lit(None).cast("long").alias("radio_episodes"),
+                             *[F.lit(None).cast("double").alias(c) for c in _RADIO_COLS[1:]])
+    radio = moving.join(radio_convergence(convergence.join(moving, "run_id")), "run_id", "left")
+    return radio.fillna(0, subset=["radio_episodes"])
+
+
+def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame, events: DataFrame | None = None,
+                  convergence: DataFrame | None = None) -> DataFrame:
+    """mobility rows, pings, bad lines (run_id, bad_lines), events, convergence -> MOBILITY_RUNS_SCHEMA: per run, the
+    nodes that moved, the time from its first to its last position line (``moved_s``), their mean speed (each node's
+    path between its position lines, summed, over nodes and ``moved_s``), radio link changes (per second of
+    ``moved_s``), delivery among connected pairs, the stretch of the delivered ones, control frames and bytes sent
+    per node-second (null without ``events``, or for a run without ``frame_stats``) and its radio episodes
+    (``radio_convergence``; null without ``convergence``)."""
     _check(mobility, pings)
     moving = mobility.select("run_id").distinct()
     pings = pings.join(moving, "run_id")
@@ -121,7 +156,7 @@ def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame, events:
         F.sum((F.col("kind") == "link_down").cast("long")).alias("link_downs"))
     runs = changes.join(moved, "run_id", "left").join(bad, "run_id", "left")
     runs = runs.join(_ping_counts(pings, ["run_id"]), "run_id", "left").join(_stretch(pings), "run_id", "left")
-    runs = runs.join(_control(events, moving), "run_id", "left")
+    runs = runs.join(_control(events, moving), "run_id", "left").join(_radio(convergence, moving), "run_id", "left")
     runs = runs.fillna(0, subset=["nodes", "connected_sent", "connected_received", "disconnected_sent",
                                   "disconnected_received", "bad_lines"])
     per_s = F.when(F.col("moved_s") > 0, F.col("_path_m") / F.col("nodes") / F.col("moved_s"))
@@ -132,5 +167,5 @@ def mobility_runs(mobility: DataFrame, pings: DataFrame, bad: DataFrame, events:
             "double").alias("changes_per_s"),
         "connected_sent", "connected_received", _ratio("connected_received", "connected_sent").alias(
             "connected_delivery"), "disconnected_sent", "disconnected_received", F.col("bad_lines").cast("long"),
-        "stretch_mean", "stretch_median", "control_frames_per_node_s", "control_bytes_per_node_s",
+        "stretch_mean", "stretch_median", "control_frames_per_node_s", "control_bytes_per_node_s", *_RADIO_COLS,
     ).orderBy("run_id")

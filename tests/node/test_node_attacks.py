@@ -47,7 +47,9 @@ def test_admin_api_sets_and_lifts_a_strategy(tmp_path: Path) -> None:
                        and not ln.endswith(" 0.0") for ln in a.metrics_text().splitlines())
 
         wait_until(rejected, 20, what="a rejected and counted b's forged bootstraps")
-        assert b.post("/adversary", {"strategy": "none"}).json() == {"strategy": "none"}
+        lifted = b.post("/adversary", {"strategy": "none"}).json()  # honest again: and what the forger did
+        assert lifted["strategy"] == "none" and lifted["replaced"]["strategy"] == "forge", lifted
+        assert lifted["replaced"]["made"] >= 0 and lifted["replaced"]["swallowed"] == 0, lifted
         for body, words in (({"strategy": "greyhole", "forward": 3}, "forward"),
                             ({"strategy": "sybil", "params": {"victim": "zz"}}, "victim"),
                             ({"strategy": "greyhole", "drop": {"all": 1}}, "drop"),

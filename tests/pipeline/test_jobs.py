@@ -169,6 +169,12 @@ def test_enrich_and_summarise_pings(spark):
     assert_frames_equal(by_ep, spark.createDataFrame([(0, 2, 2, 1.0, 1.5, 1.5), (1, 2, 1, 0.5, 1.0, 1.0)],
                                                      "episode long, sent long, received long, delivery_ratio double, "
                                                      "stretch_mean double, stretch_median double"))
+    # a moving run: a radio change at 11 s opens an episode of its own (as the episodes table numbers them), and
+    # is no disruption: since_disruption_s still counts from the kill
+    marks = spark.createDataFrame([("r", 11.0)], "run_id string, t double")
+    moving = delivery.enrich_pings(pings, acts, bounds, marks).select("episode", "since_disruption_s")
+    assert_frames_equal(moving, spark.createDataFrame([(0, 0.5), (0, 0.5), (2, 2.0), (2, 3.0)],
+                                                      "episode long, since_disruption_s double"))
     timeline = delivery.delivery_timeline(enriched, 10.0).select("t_bin_s", "sent", "received")
     assert_frames_equal(timeline, spark.createDataFrame([(0.0, 2, 2), (10.0, 2, 1)],
                                                         "t_bin_s double, sent long, received long"))

@@ -1,6 +1,6 @@
 """The mobility job (pipeline.jobs.mobility): radio links over time and delivery among connected pairs, from the
-runs' mobility.jsonl (read on the driver: pipeline.mobility_reads) and their pings; and a recorded chaos run whose
-nodes move, analyzed end to end, against its own --json document."""
+runs' mobility.jsonl (read on the driver: pipeline.mobility_reads) and their pings, and the convergence of their
+radio episodes; and a recorded chaos run whose nodes move, analyzed end to end, against its own --json document."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ def _stats(node: str, t: float, frame_type: str, frames: int, direction: str = "
     return tuple(row[n] for n in schemas.EVENTS_SCHEMA.fieldNames())
 
 
+def _episode(run: str, episode: int, action: str, tree_s: float | None, snake_s: float | None) -> tuple:
+    return (run, episode, action, None, float(episode), float(episode), 8, 1, tree_s, snake_s, tree_s, snake_s)
+
+
 def _stretch(pings: list[dict]) -> list[float]:
     """PROTOCOL.md §8: hops are links + 1; stretch = path links / shortest-path links, on delivered pings."""
     return [(p["hops"] - 1) / p["shortest_links"] for p in pings if p["received"] and p["shortest_links"]]
@@ -72,9 +76,16 @@ def test_links_over_time_and_delivery_among_connected_pairs(spark) -> None:
         _stats("s", 4.0, "keepalive", 9, run="s")], schemas.EVENTS_SCHEMA)
     stretch = _stretch([dict(zip(schemas.PINGS_SCHEMA.fieldNames(), p)) for p in ping_rows])
     assert stretch == [1.0, 1.5, 2.0]
+    row = ("r", 2, 10.0, 0.75, 1, 1, 0.2, 4, 3, 3 / 4, 2, 1, 2, statistics.mean(stretch), statistics.median(stretch),
+           7 / 6, 70 / 6)
     assert_frames_equal(mobility.mobility_runs(moves, pings, bad, events), spark.createDataFrame(
-        [("r", 2, 10.0, 0.75, 1, 1, 0.2, 4, 3, 3 / 4, 2, 1, 2, statistics.mean(stretch), statistics.median(stretch),
-          7 / 6, 70 / 6)], schemas.MOBILITY_RUNS_SCHEMA))
+        [(*row, None, None, None, None, None)], schemas.MOBILITY_RUNS_SCHEMA))  # no convergence table: unknown
+    conv = spark.createDataFrame([  # three radio episodes: both converged, the tree only, neither (cut short)
+        _episode("r", 0, "start", 0.4, 0.9), _episode("r", 1, "radio", 0.5, 1.0), _episode("r", 2, "radio", 0.2, None),
+        _episode("r", 3, "kill", 2.0, 3.0), _episode("r", 4, "radio", None, None),
+        _episode("s", 1, "radio", 9.0, 9.0)], schemas.CONVERGENCE_SCHEMA)  # s: no mobility.jsonl, left out
+    assert_frames_equal(mobility.mobility_runs(moves, pings, bad, events, conv), spark.createDataFrame(
+        [(*row, 3, 2 / 3, 1 / 3, 0.35, 1.0)], schemas.MOBILITY_RUNS_SCHEMA))
 
 
 WALK = {"name": "walk", "movement": {"tick_s": 1, "duration_s": 40},
@@ -115,8 +126,19 @@ def test_a_recorded_moving_run_analyzed_end_to_end(spark, tmp_path: Path) -> Non
         m["link_downs"])
     assert timeline[-1]["radio_links"] == m["radio_links"]
     assert json.loads((run / "meta.json").read_text())["mobility"]["tick_s"] == 1.0
+    conv = sorted(rows("convergence"), key=lambda r: r["episode"])
+    _radio_episodes(got, conv, run, m)
+    # each ping is in the episode, numbered as the convergence table numbers them, whose time holds its sending
+    t0 = [r["t0_s"] for r in conv]
+    assert len(t0) > 2 and [r["episode"] for r in conv] == list(range(len(t0)))
+    enriched = rows("pings_enriched")
+    assert len(enriched) == pinged and {r["episode"] for r in enriched} > {0, 1}
+    for p in enriched:
+        e = p["episode"]
+        assert (e == 0 or t0[e] <= p["sent_mono_s"]) and (e + 1 == len(t0) or p["sent_mono_s"] < t0[e + 1]), p
     report = (tmp_path / "out" / "report.md").read_text()
-    for title in ("## Mobility: radio links and delivery over time", "## Mobility: delivery against speed"):
+    for title in ("## Mobility: radio links and delivery over time", "## Mobility: delivery against speed",
+                  "## Mobility: convergence between radio link changes"):
         assert title in report
     assert f"| {got['run_id']} | 8 | 40 |" in report  # the run's row: its nodes and the time they moved
     html = (tmp_path / "out" / "report.html").read_text()
@@ -134,3 +156,20 @@ def test_a_recorded_moving_run_analyzed_end_to_end(spark, tmp_path: Path) -> Non
 
 def test_no_moving_run_no_mobility_plots() -> None:
     assert mobility_plots([], []) == ({}, {}) and mobility_figures([], []) == []
+
+
+def _radio_episodes(got: dict, conv: list[dict], run: Path, m: dict) -> None:
+    """A radio episode per tick with a radio link change made after the start, and mobility_runs's figures of them
+    those of the convergence table."""
+    start = conv[0]["t0_s"]
+    lines = [json.loads(line) for line in (run / "mobility.jsonl").read_text().splitlines()[:-1]]
+    ticks = sorted({ln["mono_s"] for ln in lines if ln["kind"] in ("link_up", "link_down") and ln["made"] and
+                    ln["cause"] != "start" and ln["mono_s"] > start})  # fmt: skip
+    radio = [r for r in conv if r["action"] == "radio"]
+    assert [r["t0_s"] for r in radio] == ticks and got["radio_episodes"] == len(ticks) > 10
+    assert [r["action"] for r in conv] == ["start"] + ["radio"] * len(ticks)  # the scenario has no fault
+    assert conv[-1]["components"] == m["components"]  # the graph after the last change: the observer's at the end
+    for kind in ("tree", "snake"):
+        done = [r[f"{kind}_converged_s"] for r in radio if r[f"{kind}_converged_s"] is not None]
+        assert got[f"radio_{kind}_converged_share"] == pytest.approx(len(done) / len(radio))
+        assert got[f"radio_{kind}_median_s"] == (pytest.approx(statistics.median(done)) if done else None)

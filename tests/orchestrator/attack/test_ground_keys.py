@@ -4,6 +4,7 @@ and DockerAttacks (no Docker here: a stand-in with its keys) takes them, refusin
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -150,3 +151,52 @@ def test_docker_refuses_a_ground_key_for_a_node_made_with_the_run_or_joined_befo
     again = STEPS + "  - {action: join, node: syb-a, peers: [n04], key: {near: n02, side: below}}\n"
     _, failed = _on_docker(topo, again, 0)
     assert len(failed) == 1 and "syb-a has joined before" in failed[0], failed
+
+
+def _top_seed() -> str:
+    """A key seed whose key starts with 0xff: above every derived key of ring-8 (about 256 tries to find)."""
+    i = 0
+    while Identity(seed := hashlib.sha256(f"top-{i}".encode()).digest()).public_key[0] != 0xFF:
+        i += 1
+    return seed.hex()
+
+
+def test_a_topology_adversary_does_not_bound_a_ground_key() -> None:
+    """A node the topology makes an adversary (``adversary:``) is not honest: a key ground above all is placed
+    above the honest keys only, in process and in the Docker plan alike. Here the adversary holds the highest key
+    (0xff...): bounded by it, the grind would need some 256 times the tries and fail at ``max_tries: 100``."""
+    doc = load_topology(RING8).to_dict()
+    doc["nodes"] = [{**n, "adversary": "drop:traffic=100", "key_seed": _top_seed()} if n["name"] == "n05" else n
+                    for n in doc["nodes"]]  # fmt: skip
+    topo = Topology.from_data(doc)
+    sc = _scenario("  - {action: join, node: usurper, peers: [n01, n03], adversary: true,\n"
+                   "     key: {above_all: true, max_tries: 100}}\n")
+    seeds, acts = _in_process(topo, sc, 0)
+    keys = created_keys(topo, 0)
+    usurper = Identity(seeds["usurper"]).public_key
+    assert max(k for n, k in keys.items() if n != "n05") < usurper < keys["n05"]
+    assert [d["key_rule"] for a, _, d in acts if a == "join" and d] == ["above all"]
+    full = full_topology(topo, sc)
+    assert plan_ground_seeds(sc.steps, created_keys(full, 0), topo.node_names, 0, {"n05"}) == seeds
+    assert with_planned_keys(full, sc.steps, topo.node_names, 0).node("usurper").key_seed == seeds["usurper"].hex()
+
+
+def test_a_node_turned_adversary_mid_run_does_not_bound_a_ground_key_until_it_is_honest_again() -> None:
+    """An ``adversary`` step makes its target one of the adversaries for the grinds after it (the checker's rule),
+    in process and in the Docker plan alike; lifting it (drops at 0) makes it honest again. n05 holds the highest
+    key (0xff...): while it is an adversary a key above all honest ones is found within 100 tries; once it is
+    honest, 100 tries are not enough (the step fails and the plan gives no seed)."""
+    doc = load_topology(RING8).to_dict()
+    doc["nodes"] = [{**n, "key_seed": _top_seed()} if n["name"] == "n05" else n for n in doc["nodes"]]
+    topo = Topology.from_data(doc)
+    turned = "  - {action: adversary, target: n05, drop: {traffic: 100}}\n"
+    join = ("  - {action: join, node: usurper, peers: [n01, n03], adversary: true,\n"
+            "     key: {above_all: true, max_tries: 100}}\n")
+    sc = _scenario(turned + join)
+    seeds, acts = _in_process(topo, sc, 0)
+    keys = created_keys(topo, 0)
+    assert max(k for n, k in keys.items() if n != "n05") < Identity(seeds["usurper"]).public_key < keys["n05"]
+    full = full_topology(topo, sc)
+    assert plan_ground_seeds(sc.steps, created_keys(full, 0), topo.node_names, 0) == seeds
+    lifted = _scenario(turned + "  - {action: adversary, target: n05, drop: {traffic: 0}}\n" + join)
+    assert plan_ground_seeds(lifted.steps, created_keys(full, 0), topo.node_names, 0) == {}

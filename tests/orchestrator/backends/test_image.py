@@ -27,6 +27,9 @@ from orchestrator.backends import image_inputs as inputs
 from orchestrator.cli import main
 from tests.conftest import docker_available, need
 
+#: beside the Docker group, not in it (tests/conftest.py): a build and short containers, no converging network
+pytestmark = pytest.mark.xdist_group("image")
+
 # ---------------------------------------------------------------- unit tests (no Docker)
 
 HASH_ARGS = dict(dockerfile=b"FROM x\n", base="snekbed-base:bookworm-0123", base_id="sha256:aa",

@@ -143,6 +143,26 @@ def test_same_seed_same_json_and_delivery_dips_and_recovers() -> None:
     assert dip < 0.95 and back > dip, per
 
 
+QUICK_CHURN = """\
+name: quick-churn
+traffic: {rate_per_s: 2, pairs: 4}
+steps:
+  - {action: wait, until: converged, within_s: 60}
+  - {action: churn, fraction: 0.3, duration_s: 6, down_s: 0.2}
+"""
+
+
+def test_a_churned_node_comes_back_only_once_its_leaving_was_measured() -> None:
+    """A node down for less than its leaving takes to measure (here 0.2 s against the 1 s of silence a kill needs;
+    on a loaded Docker host, a slow kill) is brought back once the kill is confirmed, never before: else the
+    confirmation sees it answering again and the step is judged invalid for a fault that did happen."""
+    out = _run(ring(10), parse_scenario_yaml(QUICK_CHURN))
+    churn = out["steps"][1]
+    assert churn["verdict"] == "pass", _failures(out) or churn["confirmed"]
+    how = churn["confirmed"]["how"]
+    assert how.count("answers nothing, it wrote no frame in") >= 2 and "churn: restart" in how, how
+
+
 # -- the checker can fail --------------------------------------------------------------------------
 
 CUT_VERTEX_ADVERSARY = """\

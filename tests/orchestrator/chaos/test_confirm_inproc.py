@@ -81,6 +81,19 @@ def test_a_pause_is_confirmed_by_its_peers_after_the_keepalive_deadline() -> Non
     assert 5.0 <= pause["confirmed"]["latency_s"] <= 6.0  # the 5 s peer timeout, read every 0.5 s
 
 
+def test_a_paused_node_is_resumed_only_once_its_silence_was_measured() -> None:
+    """A pause shorter than its silence takes to measure (here 0.5 s against the 1 s without a frame a pause this
+    short is judged on; on a loaded Docker host a 10 s pause of the root ended before its peers were read to have
+    dropped it) ends once the silence is confirmed, never while it is read: else the reading sees the node answer
+    again and the step is judged invalid for a fault that did happen."""
+    out = _run(RING, _scenario("  - {action: wait, until: converged, within_s: 60}\n"
+                               "  - {action: pause, target: n05, for_s: 0.5}\n"), seed=1)
+    pause = out["steps"][1]
+    assert pause["verdict"] == "pass" and pause["confirmed"]["ok"] is True, pause["confirmed"]
+    assert "n05 answers nothing, it wrote no frame in" in pause["confirmed"]["how"], pause["confirmed"]
+    assert "resume n05" in pause["confirmed"]["how"], pause["confirmed"]
+
+
 @pytest.mark.parametrize(("plant", "steps", "action"), [
     ("ignore_partition", "  - {action: partition, groups: [[n01, n02, n03, n04], [rest]]}\n", "partition"),
     ("pause_noop", "  - {action: pause, target: n02, for_s: 10}\n", "pause"),

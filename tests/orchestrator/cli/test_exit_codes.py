@@ -7,6 +7,7 @@ Every command runs as its own process (``python -m orchestrator.cli``), as a use
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -124,3 +125,20 @@ def test_a_refused_up_leaves_no_run_directory_and_latest_as_it_was(case: str, tm
     assert "rolled back" not in done.stderr and "roll back" not in done.stderr, done.stderr[-2000:]
     assert sorted(p.name for p in runs.iterdir()) == ["LATEST", "before"]
     assert (runs / "LATEST").read_text() == "before\n"
+
+
+@pytest.mark.parametrize("sub", ["show", "clear", "apply"])
+def test_links_on_a_swarm_run_say_its_links_are_shaped_in_userspace(sub: str, tmp_path: Path) -> None:
+    """A swarm run's tasks carry their shapes in their peer URIs (no qdisc on this host to apply, show or clear):
+    ``links show/clear/apply`` say so and point at ``links check``, not "is it up?"."""
+    need(*docker_available())
+    runs = tmp_path / "runs"
+    run = runs / "sw1"
+    (run / "events").mkdir(parents=True)
+    (run / "topology.json").write_text(json.dumps({"name": "pair", "nodes": ["a", "b"], "links": [["a", "b"]]}))
+    (run / "meta.json").write_text(json.dumps({"backend": "swarm", "shaping": {"backend": "userspace"}}))
+    (runs / "LATEST").write_text("sw1\n")
+    done = snekbed("links", sub, "--runs-dir", runs)
+    assert done.returncode == BAD_INPUT, done.stderr[-2000:]
+    assert "run 'sw1' is a swarm run" in done.stderr and "snekbed links check --run-id sw1" in done.stderr, done.stderr
+    assert "is it up?" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]

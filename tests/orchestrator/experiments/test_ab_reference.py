@@ -1,7 +1,7 @@
-"""``snekbed ab --a snek --b pinecone --mixed --backend docker`` over 3 seeds, as a script outside the repo runs it:
+"""``snekbed ab --a snek --b pinecone --mixed --backend docker`` over 2 seeds, as a script outside the repo runs it:
 snekbed's node against the Pinecone reference's (node/pinecone) under the same faults, and both together, on a
 real engine; the Spark analysis writes its report and the steps whose verdicts differ are named. A small ring
-and a short scenario (a root kill) keep the nine runs to a few minutes."""
+and a short scenario (a root kill) keep the six runs to about two minutes."""
 
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ def test_ab_snek_against_pinecone_with_a_mixed_arm(client: object, image: str, t
     try:
         done = subprocess.run(
             [sys.executable, "-m", "orchestrator.cli", "ab", "--a", "snek", "--b", "pinecone", "--mixed",
-             "--scenario", str(sc), "--topology", str(topo), "--seeds", "3", "--backend", "docker", "--image", image,
+             "--scenario", str(sc), "--topology", str(topo), "--seeds", "2", "--backend", "docker", "--image", image,
              "--out", str(out), "--master", "local[2]", "--json"],
             capture_output=True, text=True, cwd=REPO, timeout=1800,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
         doc = json.loads(done.stdout.strip().splitlines()[-1])
         print(json.dumps({k: doc[k] for k in ("runs_failed", "step_divergence")}, indent=1))
-        assert (doc["a"], doc["b"], doc["seeds"], doc["runs"], doc["arms"]) == ("snek", "pinecone", 3, 9,
+        assert (doc["a"], doc["b"], doc["seeds"], doc["runs"], doc["arms"]) == ("snek", "pinecone", 2, 6,
                                                                                ["a", "b", "mixed"])  # fmt: skip
         assert (out / "analysis" / "report.html").is_file() and doc["metrics"], doc
         assert set(doc["mixed"]) == {"a", "b"}

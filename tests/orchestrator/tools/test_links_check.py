@@ -22,6 +22,7 @@ from netem.measure import MeasureError, best_throughput, exec_python, node_rtt, 
 from orchestrator.tools.links_check import (
     LOSS_TOLERANCE_PP,
     PING_FRAME_BYTES,
+    USERSPACE_SKIP,
     CheckOptions,
     LinkCheck,
     Side,
@@ -216,6 +217,18 @@ def test_a_link_whose_containers_are_gone_fails_every_metric_with_the_reason():
                          options=CheckOptions(metrics=("rate",)))
     assert no_rate.passed and no_rate.checks == {"rate": {"pass": True, "skipped": "the class sets no rate"}}
     assert isinstance(no_rate, LinkCheck)
+
+
+def test_on_userspace_shaping_loss_and_rate_are_skipped_saying_why_and_rtt_is_still_measured():
+    caps = {"netem": False, "backend": "userspace"}
+    bt = CLASSES["bluetooth"].shape
+    result = check_link("0", "bluetooth", bt, "userspace", Side("n1", BrokenContainer(), A_IP),
+                        Side("n2", BrokenContainer(), B_IP), capabilities=caps, where={})
+    assert result.checks["loss"] == result.checks["rate"] == {"pass": True, "skipped": USERSPACE_SKIP}
+    assert "OCI runtime exec failed" in result.checks["rtt"]["error"] and not result.passed  # RTT goes via the node
+    assert "hosts" not in result.to_json()  # only a swarm's ends have hosts
+    result.hosts = {"n1": "h1", "n2": "h2"}
+    assert result.to_json()["hosts"] == {"n1": "h1", "n2": "h2"} and result.to_json()["crosses_hosts"] is True
 
 
 def test_fallback_sentence():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -61,6 +62,31 @@ def test_the_exporter_serves_the_run_metrics_over_http() -> None:
     try:
         body = httpx.get(server.url, timeout=5, trust_env=False).text
         assert 'snekbed_components{run="r2"} 2.0' in body
+    finally:
+        server.close()
+
+
+def test_flush_waits_until_a_scrape_carried_the_last_update() -> None:
+    """The exporter goes with the orchestrator: close() first waits for a scrape that carries the last update."""
+    m = RunMetrics("r3")
+    server = serve_metrics(m, "127.0.0.1", 0)
+    try:
+        assert m.flush(5) is False  # never scraped: no Prometheus to wait for
+        httpx.get(server.url, timeout=5, trust_env=False)
+        assert m.flush(0) is True  # that scrape carried every update made so far
+        m.observe(3, 1, True, True)  # an update no scrape has carried yet
+        assert m.flush(0.2) is False
+        scraped: list[str] = []
+        thread = threading.Thread(target=lambda: scraped.append(httpx.get(server.url, timeout=5, trust_env=False).text))
+        thread.start()
+        assert m.flush(10) is True  # returns once that scrape has been served, whatever the wait
+        thread.join()
+        assert 'snekbed_converged{kind="snake",run="r3"} 1.0' in scraped[0]
+        # a `name[]` query is served, and is not a whole scrape
+        m.observe(3, 1, True, False)
+        part = httpx.get(server.url, params={"name[]": "snekbed_live_nodes"}, timeout=5, trust_env=False).text
+        assert "snekbed_live_nodes" in part and "snekbed_converged" not in part
+        assert m.flush(0.2) is False
     finally:
         server.close()
 

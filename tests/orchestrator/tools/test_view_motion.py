@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from orchestrator.tools.view.live import DockerLive
 from orchestrator.tools.view.motion import Motion, MotionTee
 from orchestrator.tools.view.timeline import Timeline
 from tests.orchestrator.tools.test_view_timeline import _synthetic
+from tests.orchestrator.tools.view_helpers import served
 
 TOPO = {"name": "t", "nodes": [{"name": "a", "mobility": {"model": "random_waypoint", "area_m": [100, 50]}},
                                {"name": "b", "position": [10, 10]}, {"name": "c"}],
@@ -242,3 +244,28 @@ def test_the_docker_live_source_tails_mobility_jsonl_as_the_run_appends_to_it(tm
         assert live._poll()["motion"]["radio_links"] == [["a", "b", "lan", True]]
     finally:
         live.close()
+
+
+def test_the_live_page_of_snekbed_sim_draws_the_walkers_where_they_are(tmp_path: Path) -> None:
+    """`snekbed sim --clock real --view` of a topology with radios, as a user runs it: the page's graph has the
+    radios, and its frames the walkers' positions, which change as they walk (the session wires the tee)."""
+    topo_path = tmp_path / "walkers.yaml"
+    topo_path.write_text(WALKERS + "".join(f"  - {{name: n{i:02d}, mobility: {{model: random_waypoint, area_m: "
+                                           f"[100, 100], speed_mps: [5, 10]}}}}\n" for i in range(4)))
+    args = ["sim", str(topo_path), "--clock", "real", "--view", "127.0.0.1:0", "--hold-s", "20", "--seed", "1",
+            "--quiet"]
+    with served(args) as (url, _proc):
+        graph = httpx.get(url + "api/graph", timeout=10, trust_env=False).json()
+        radios = (graph.get("mobility") or {}).get("radios") or []
+        assert [r["name"] for r in radios] == ["bluetooth", "lan"], graph
+        seen: list[dict[str, list[float]]] = []
+        deadline = time.monotonic() + 60  # the walk is 10 s of real time; a loaded host gets room
+        while time.monotonic() < deadline:
+            frame = httpx.get(url + "api/frame", timeout=10, trust_env=False).json()
+            positions = (frame.get("motion") or {}).get("positions") or {}
+            if len(positions) == 4 and (not seen or positions != seen[-1]):
+                seen.append(positions)
+            if len(seen) >= 3:
+                break
+            time.sleep(0.5)  # a poll of the page, as the browser's: the frames are the thing waited on
+        assert len(seen) >= 3, seen  # every walker placed, and the places changed twice: they walk on the page
