@@ -142,6 +142,11 @@ class StepApplier:
         )
 
     async def _nodes(self, step: _NodeStep) -> list[str]:
+        if isinstance(step.target, tuple):  # nodes by name, alive or not
+            unknown = [n for n in step.target if n not in self.backend.known_nodes()]
+            if unknown:
+                raise TargetError(f"unknown node(s) {', '.join(map(repr, unknown))}")
+            return list(step.target)
         if step.target in self.backend.known_nodes():
             return [step.target]  # a node by name, alive or not (killing a dead node is a no-op, as in the reference)
         return resolve_nodes(step.target, await self.view(), self.rng, step.count)
@@ -214,14 +219,16 @@ class StepApplier:
 
     async def _remove_node(self, step: RemoveNode) -> Applied:
         b = self.backend
-        if step.target not in b.known_nodes():
+        name = step.target
+        assert isinstance(name, str)  # RemoveNode takes one node
+        if name not in b.known_nodes():
             return [], "no such node: nothing to remove"
-        done = await b.remove_node(step.target)
+        done = await b.remove_node(name)
         if done:
-            self.act("kill", step.target, {"remove": True})
+            self.act("kill", name, {"remove": True})
             if self.confirm is not None:
-                await self.confirm.silenced([step.target], "remove_node")
-        return [step.target], None if done else "not running: nothing to remove"
+                await self.confirm.silenced([name], "remove_node")
+        return [name], None if done else "not running: nothing to remove"
 
     async def _churn(self, step: Churn) -> Applied:
         b = self.backend

@@ -322,9 +322,11 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
     world = _docker_world(sc, topology or full, full, o) if full.radios else None
     hosts = {n.name for n in full.nodes if n.host}
     for i, step in enumerate(sc.steps):
-        if isinstance(step, HOST_REFUSED) and step.target in hosts:
-            raise ChaosSetupError(f"scenario {sc.name}: steps[{i}] ({step.action} {step.target}): {step.target} is a "
-                                  "host node (runs outside Docker): only pings, link and partition faults apply to it")
+        on_hosts = sorted(set(step.named) & hosts) if isinstance(step, HOST_REFUSED) else []
+        if on_hosts:
+            raise ChaosSetupError(f"scenario {sc.name}: steps[{i}] ({step.action} {', '.join(on_hosts)}): "
+                                  f"{', '.join(on_hosts)} is a host node (runs outside Docker): only pings, link and "
+                                  "partition faults apply to it")
     swarm_backend = SwarmBackend(docker.from_env()) if swarm else None
     backend = swarm_backend or DockerBackend(docker.from_env())
     if swarm_backend is not None:

@@ -89,10 +89,12 @@ def _turned(step: object, made: Mapping[str, bytes], adversaries: set[str]) -> s
     """The adversaries after ``step`` when it is an ``adversary`` step on a named node (the checker's rule,
     checker.adversaries_after); a role (``root``, ``random``...) resolves only when the step runs, and a key ground
     then that differs from the planned one is refused (``use_key``), never used silently."""
-    if not isinstance(step, Adversary) or step.target not in made:
+    if not isinstance(step, Adversary):
         return adversaries
     detail = {"strategy": step.strategy, "drop": step.drop}
-    return set(adversaries_after(adversaries, "adversary", step.target, detail))
+    for name in (n for n in step.named if n in made):
+        adversaries = set(adversaries_after(adversaries, "adversary", name, detail))
+    return adversaries
 
 
 def with_ground_keys(topology: Topology, seeds: Mapping[str, bytes]) -> Topology:

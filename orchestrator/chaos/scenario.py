@@ -247,7 +247,9 @@ def _strip_union_tags(loc: Loc) -> Loc:
 
 def _named(step: AnyStep) -> Iterator[tuple[Loc, str]]:
     """(field location inside the step, node name) for every node ``step`` names (roles are not names)."""
-    if isinstance(step, _NodeStep) and step.target not in NODE_ROLES:
+    if isinstance(step, _NodeStep) and isinstance(step.target, tuple):
+        yield from ((("target", k), n) for k, n in enumerate(step.target))
+    elif isinstance(step, _NodeStep) and step.target not in NODE_ROLES:
         yield ("target",), step.target
     if isinstance(step, Adversary) and step.peer is not None:
         yield ("peer",), step.peer

@@ -134,13 +134,31 @@ class _Step(_Model):
 
 
 class _NodeStep(_Step):
-    target: str
+    #: a node, a role, or a list of nodes: every node of the list in one step, applied and confirmed together
+    target: str | tuple[str, ...]
     count: int = Field(1, ge=1, description="how many nodes for the roles random, root_children, all")
 
     @field_validator("target")
     @classmethod
-    def _target(cls, v: str) -> str:
-        return _check_target(v, NODE_ROLES, "target")  # type: ignore[return-value]
+    def _target(cls, v: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        if isinstance(v, str):
+            return _check_target(v, NODE_ROLES, "target")  # type: ignore[return-value]
+        if not v:
+            raise ValueError("target: an empty list names no node")
+        for name in v:
+            if name in NODE_ROLES or not NODE_NAME_RE.match(name):
+                raise ValueError(f"target {name!r} is not a node name (a list names nodes, never roles)")
+        repeated = sorted({n for n in v if v.count(n) > 1})
+        if repeated:
+            raise ValueError(f"target names {', '.join(repeated)} more than once")
+        return v
+
+    @property
+    def named(self) -> tuple[str, ...]:
+        """The nodes the target names (none for a role)."""
+        if isinstance(self.target, tuple):
+            return self.target
+        return () if self.target in NODE_ROLES else (self.target,)
 
 
 class _LinkStep(_Step):
@@ -186,6 +204,13 @@ class RemoveNode(_NodeStep):
     """The node leaves for good (reference RemoveNode); no-op when absent."""
 
     action: Literal["remove_node"]
+
+    @field_validator("target")
+    @classmethod
+    def _one(cls, v: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        if isinstance(v, tuple):
+            raise ValueError("remove_node takes one node, not a list")
+        return v
 
 
 class Partition(_Step):

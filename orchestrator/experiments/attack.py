@@ -4,11 +4,12 @@ For each fraction ``f`` and seed the experiment generates a chaos scenario (:fun
 
 1. wait until the network converged;
 2. the adversaries turn on: ``k = max(1, round(f * n))`` of the topology's ``n`` nodes (none at ``f = 0``) are
-   made adversaries by ``adversary`` steps, or, for an attack that needs keys of its own (``sybil``,
-   ``root_takeover``: :data:`ATTACKS` ``joins``), ``k`` new nodes with ground keys join as adversaries;
+   made adversaries by one ``adversary`` step whose target lists them all, or, for an attack that needs keys of
+   its own (``sybil``, ``root_takeover``: :data:`ATTACKS` ``joins``), ``k`` new nodes with ground keys join (a
+   ``join`` step each) and then turn in one ``adversary`` step;
 3. the attack window: ``window_s`` seconds of background traffic;
-4. the adversaries leave: each turns honest (``strategy: none``; a ``drop`` adversary drops nothing), a joined one
-   is killed;
+4. the adversaries leave, in one step: they turn honest (``strategy: none``; a ``drop`` adversary drops nothing),
+   joined ones are killed;
 5. a ``check`` step judges the invariants after the adversaries left, re-convergence timed from it (the checker's
    honest view judges any step while adversaries are present: orchestrator.chaos.checker).
 
@@ -166,7 +167,8 @@ def _step(spec: dict[str, Any], victim: str) -> dict[str, Any]:
 def _on_off(a: AttackSpec, topo: Topology, k: int, rule: str, seed: int, victim: str,
             prefix: str = "adv") -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     """One attack's adversaries and the steps that turn them on and off (module doc, 2 and 4); joined adversaries
-    are named ``<prefix>01``, ``<prefix>02``, ..."""
+    are named ``<prefix>01``, ``<prefix>02``, ... Every adversary turns (and leaves) in ONE step whose target is
+    the list of them, confirmed together: the window opens at once whatever the fraction."""
     on: list[dict[str, Any]] = []
     off: list[dict[str, Any]] = []
     if a.joins is not None:
@@ -178,13 +180,13 @@ def _on_off(a: AttackSpec, topo: Topology, k: int, rule: str, seed: int, victim:
                 "above_all": True}
             on.append({"action": "join", "node": name, "peers": sorted(set(peers)), "adversary": True, "key": key,
                        "check": False})  # fmt: skip
-            on.append({"action": "adversary", "target": name, **_step(a.step, victim), "check": False})
-            off.append({"action": "kill", "target": name, "check": False})
+        leave: dict[str, Any] = {"action": "kill"}
     else:
         adversaries = choose(topo, k, rule, seed, victim)
-        for name in adversaries:
-            on.append({"action": "adversary", "target": name, **_step(a.step, victim), "check": False})
-            off.append({"action": "adversary", "target": name, **a.leave, "check": False})
+        leave = {"action": "adversary", **a.leave}
+    if adversaries:
+        on.append({"action": "adversary", "target": list(adversaries), **_step(a.step, victim), "check": False})
+        off.append({**leave, "target": list(adversaries), "check": False})
     if not adversaries:
         on = [{"action": "note", "note": f"{a.name}: attack window opens (no adversary at fraction 0)"}]
         off = [{"action": "note", "note": f"{a.name}: attack window closes"}]

@@ -102,10 +102,14 @@ def test_scenarios_and_selection_rules() -> None:
     sc0, info0 = attack_scenario(plan, 0.0, 0)
     sc1, info1 = attack_scenario(plan, 0.25, 0)
     assert info0["adversaries"] == [] and isinstance(sc0.steps[info0["window"][0]], Note)
-    assert len(info1["adversaries"]) == 2 and info1["window"] == [1, 4]
-    assert [s.action for s in sc1.steps] == ["wait", "adversary", "adversary", "wait", "adversary", "adversary",
-                                             "check"]  # fmt: skip
-    assert all(not s.drop.get("traffic") for s in sc1.steps[4:6])  # they leave: drop nothing
+    assert len(info1["adversaries"]) == 2 and info1["window"] == [1, 3]
+    # every adversary turns in one step and leaves in one: the window opens at once whatever the fraction
+    assert [s.action for s in sc1.steps] == ["wait", "adversary", "wait", "adversary", "check"]
+    assert sc1.steps[1].target == sc1.steps[3].target == tuple(info1["adversaries"])
+    assert not sc1.steps[3].drop.get("traffic")  # they leave: drop nothing
+    sybil, info = attack_scenario(AttackPlan(ATTACKS["sybil"], topo, [0.25], [0]), 0.25, 0)
+    assert [s.action for s in sybil.steps] == ["wait", "join", "join", "adversary", "wait", "kill", "check"]
+    assert sybil.steps[3].target == sybil.steps[5].target == ("adv01", "adv02") == tuple(info["adversaries"])
 
 
 def test_a_targeted_attack_pings_its_victim_every_other_turn() -> None:

@@ -20,6 +20,7 @@ from orchestrator.chaos.backend import ChaosBackend, Converged, TrafficSample
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.scenario import AnyStep, Scenario, parse_scenario_yaml
+from orchestrator.chaos.targets import TargetError
 from tests.ci import need_module
 
 #: one step of every action, and the backend calls and actions.jsonl lines it makes on the fake below
@@ -203,6 +204,16 @@ def test_a_role_is_resolved_on_the_live_graph_and_recorded_as_kill_root() -> Non
     sc = parse_scenario_yaml("steps: [{action: kill, target: root}]")
     backend, acts, results = _apply_all(sc)
     assert results == [(["d"], None)] and acts == [("kill_root", "d", None)]  # d has the highest key
+
+
+def test_a_list_target_applies_to_every_node_named_in_one_step() -> None:
+    sc = parse_scenario_yaml("steps:\n  - {action: adversary, target: [c, a], drop: {traffic: 100}}\n"
+                             "  - {action: kill, target: [a, b]}\n")
+    backend, acts, results = _apply_all(sc)
+    assert results[0] == (["c", "a"], "drops traffic 100%") and results[1] == (["a", "b"], None)
+    assert [(a, t) for a, t, _ in acts] == [("adversary", "c"), ("adversary", "a"), ("kill", "a"), ("kill", "b")]
+    with pytest.raises(TargetError, match=r"unknown node\(s\) 'zed'"):
+        _apply_all(parse_scenario_yaml("steps: [{action: kill, target: [a, zed]}]"))
 
 
 def _members(proto: type) -> set[str]:

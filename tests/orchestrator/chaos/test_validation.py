@@ -64,6 +64,7 @@ def test_a_reference_delay_without_end_is_refused(tmp_path: Path) -> None:
         ("{action: join, node: n13, peers: [n01, ghost]}", "steps[1].peers[1]"),
         ("{action: adversary, target: n01, drop: {bootstrap: 100}, peer: nobody}", "steps[1].peer"),
         ("{action: join, link: [n01, zed]}", "steps[1].link[1]"),
+        ("{action: kill, target: [n01, n42]}", "steps[1].target[1]"),
     ],
 )
 def test_an_unknown_node_is_refused_at_load_with_exit_2(tmp_path: Path, step: str, field: str) -> None:
@@ -80,6 +81,19 @@ def test_nodes_a_join_step_adds_are_known_and_roles_are_not_names() -> None:
     sc = parse_scenario_yaml(text, file="ok.yaml", topology=load_topology(MESH))
     assert [s.action for s in sc.steps] == ["join", "kill", "kill", "link_down"]
     parse_scenario_yaml("steps:\n  - {action: kill, target: n99}\n")  # no topology: nothing to look up in
+
+
+def test_a_target_may_list_nodes_but_never_roles_repeats_or_none_and_remove_node_takes_one() -> None:
+    sc = parse_scenario_yaml("steps:\n  - {action: adversary, target: [n03, n01], drop: {traffic: 100}}\n",
+                             topology=load_topology(MESH))
+    assert sc.steps[0].target == ("n03", "n01") and sc.steps[0].named == ("n03", "n01")
+    for target, message in (("[n01, root]", "'root' is not a node name (a list names nodes, never roles)"),
+                            ("[n01, n02, n01]", "names n01 more than once"), ("[]", "an empty list names no node")):
+        with pytest.raises(ScenarioError) as exc:
+            parse_scenario_yaml(f"steps:\n  - {{action: kill, target: {target}}}\n", file="l.yaml")
+        assert str(exc.value).startswith("l.yaml:2: steps[0].target: ") and message in str(exc.value), exc.value
+    with pytest.raises(ScenarioError, match="remove_node takes one node, not a list"):
+        parse_scenario_yaml("steps:\n  - {action: remove_node, target: [n01, n02]}\n")
 
 
 def test_a_sequence_without_topology_is_looked_up_in_the_nodes_it_adds(tmp_path: Path) -> None:
