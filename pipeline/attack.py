@@ -3,8 +3,9 @@ variant and adversary fraction their mean over seeds with a 95 % interval (drive
 
 The runs are analysed as any runs (pipeline.analysis: pings_enriched, actions, convergence, overhead_by_node);
 the attack manifest (orchestrator.experiments.attack) names each run's adversaries, victim and attack window
-(the indexes of the steps that turn the adversaries on and off; the runner records each step as a ``step``
-action). Per run (:func:`attack_runs`, Spark):
+(``measured``: the indexes of the window's wait, every adversary on, and of the first step that turns them off;
+an older manifest's ``window`` from the first on step; the runner records each step as a ``step`` action). Per
+run (:func:`attack_runs`, Spark):
 
 * ``delivery_honest``: delivery ratio of the pings sent inside the attack window whose sender and target are
   both honest, the victim's left out (a targeted attack's mesh gives the victim's pairs every other turn:
@@ -15,8 +16,9 @@ action). Per run (:func:`attack_runs`, Spark):
 * ``tree_reconverged_s``, ``snake_reconverged_s``: convergence of the last episode opened at or after the window
   closed (the adversaries left: the network's recovery); 0 when no adversary acted (fraction 0: nothing to
   recover from); null (left out of the mean, counted in ``n_missing``) when it never converged;
-* ``control_bytes_per_node_s``: control bytes the honest nodes sent per node-second (overhead.control_per_run
-  over the honest nodes' rows, the whole run).
+* ``control_bytes_per_node_s``: control bytes the honest nodes sent per node-second of the attack window (their
+  ``frame_stats`` emissions, each counted for the part of its interval inside the window: :func:`window_control`).
+  Over the whole run it would mix in the start's convergence, which a longer run dilutes.
 
 Per (variant, fraction) (:func:`summarize`): ``{mean, ci_low, ci_high, n}`` of each metric over the seeds, the
 interval Student's t at 95 % (mean +- t * s / sqrt(n); a single seed: the interval is the mean itself).
@@ -34,9 +36,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from pipeline.jobs.overhead import control_per_run
+from contract.frames import CONTROL_FRAME_TYPE_NAMES
 
-__all__ = ["METRICS", "attack_runs", "interval", "run_ids", "summarize"]
+__all__ = ["METRICS", "attack_runs", "interval", "run_ids", "summarize", "window_control"]
 
 #: every metric of a damage curve: name -> (what, higher is better)
 METRICS: dict[str, tuple[str, bool]] = {
@@ -45,7 +47,7 @@ METRICS: dict[str, tuple[str, bool]] = {
     "stretch": ("median stretch of delivered honest pings during the attack", False),
     "tree_reconverged_s": ("tree re-convergence after the adversaries left (s)", False),
     "snake_reconverged_s": ("snake re-convergence after the adversaries left (s)", False),
-    "control_bytes_per_node_s": ("control bytes sent per honest node-second", False),
+    "control_bytes_per_node_s": ("control bytes sent per honest node-second during the attack", False),
 }
 
 #: Student's t, two-sided 95 %, for 1..30 degrees of freedom (beyond: 1.96)
@@ -67,7 +69,7 @@ def attack_runs(spark: SparkSession, tables: Mapping[str, str], runs: Sequence[M
                 ids: Mapping[str, str]) -> list[dict[str, Any]]:  # fmt: skip
     """One row per manifest run: its ``run_id`` and every metric of :data:`METRICS` (module doc)."""
     info = spark.createDataFrame(
-        [(ids[r["run_dir"]], r["window"][0], r["window"][1], r.get("victim"), int(bool(r["adversaries"])))
+        [(ids[r["run_dir"]], *r.get("measured", r["window"])[:2], r.get("victim"), int(bool(r["adversaries"])))
          for r in runs], _RUN_SCHEMA)  # fmt: skip
     adv = spark.createDataFrame([(ids[r["run_dir"]], n) for r in runs for n in r["adversaries"]], _ADV_SCHEMA)
     read = lambda name: spark.read.parquet(tables[name])  # noqa: E731
@@ -95,11 +97,9 @@ def attack_runs(spark: SparkSession, tables: Mapping[str, str], runs: Sequence[M
     last = conv.groupBy("run_id").agg(F.max(F.struct("episode", "tree_converged_s", "snake_converged_s")).alias("e"))
     last = last.select("run_id", F.col("e.tree_converged_s").alias("tree_reconverged_s"),
                        F.col("e.snake_converged_s").alias("snake_reconverged_s"))
-    by_node = read("overhead_by_node")
-    control = control_per_run(by_node.join(adv.withColumnRenamed("node", "node_name"), ["run_id", "node_name"],
-                                           "left_anti"))  # fmt: skip
+    control = window_control(read("events"), window.select("run_id", "t_on", "t_off"), adv)
     rows = (info.join(by_run, "run_id", "left").join(last, "run_id", "left")
-            .join(control.select("run_id", "control_bytes_per_node_s"), "run_id", "left")).collect()  # fmt: skip
+            .join(control, "run_id", "left")).collect()  # fmt: skip
     out = []
     for r in rows:
         d = r.asDict()
@@ -108,6 +108,25 @@ def attack_runs(spark: SparkSession, tables: Mapping[str, str], runs: Sequence[M
             d["snake_reconverged_s"] = d["snake_reconverged_s"] if d["snake_reconverged_s"] is not None else 0.0
         out.append({"run_id": d["run_id"], **{m: d.get(m) for m in METRICS}})
     return out
+
+
+def window_control(events: DataFrame, window: DataFrame, adv: DataFrame) -> DataFrame:
+    """(run_id, control_bytes_per_node_s) over each run's window ``[t_on, t_off]`` (``window``: run_id, t_on,
+    t_off), the honest nodes only. A ``frame_stats`` emission at ``mono_s`` covers ``(mono_s - interval_s,
+    mono_s]``; it counts for the share of that interval inside the window, its frames and bytes as much (the
+    rate over an interval is taken as even), and so does the node-time it covers."""
+    stats = events.where(F.col("event") == "frame_stats").join(
+        adv.withColumnRenamed("node", "node_name"), ["run_id", "node_name"], "left_anti").join(window, "run_id")
+    overlap = F.least(F.col("mono_s"), F.col("t_off")) - F.greatest(F.col("mono_s") - F.col("interval_s"),
+                                                                     F.col("t_on"))  # fmt: skip
+    stats = stats.withColumn("share", F.when(F.col("interval_s") > 0, F.greatest(overlap, F.lit(0.0))
+                                             / F.col("interval_s")).otherwise(0.0)).where(F.col("share") > 0)
+    node_s = stats.groupBy("run_id", "node", "mono_s").agg(F.max(F.col("share") * F.col("interval_s")).alias("s")) \
+        .groupBy("run_id").agg(F.sum("s").alias("node_s"))
+    sent = stats.where((F.col("direction") == "sent") & F.col("frame_type").isin(*CONTROL_FRAME_TYPE_NAMES))
+    total = sent.groupBy("run_id").agg(F.sum(F.col("bytes") * F.col("share")).alias("bytes"))
+    return node_s.join(total, "run_id", "left").select(
+        "run_id", (F.coalesce(F.col("bytes"), F.lit(0.0)) / F.col("node_s")).alias("control_bytes_per_node_s"))
 
 
 def _honest_pings(pings: DataFrame, adv: DataFrame) -> DataFrame:

@@ -73,8 +73,8 @@ def _fractions(text: str) -> list[float]:
 @click.option("--backend", type=click.Choice(["inproc", "docker"]), default="inproc", show_default=True)
 @click.option("--select", type=click.Choice(SELECT_RULES), default=None,
               help="how adversaries are chosen [default: the attack's own: victim for sybil, else random]")
-@click.option("--window", "window_s", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
-              help="seconds the adversaries act")
+@click.option("--window", "window_s", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="seconds the adversaries act (one wakeup-broadcast period by default: each window holds one burst)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("attack"), show_default=True)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master for the analysis")
 @click.option("--image", default=None, help="node image for --backend docker")

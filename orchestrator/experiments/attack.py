@@ -7,7 +7,9 @@ For each fraction ``f`` and seed the experiment generates a chaos scenario (:fun
    made adversaries by one ``adversary`` step whose target lists them all, or, for an attack that needs keys of
    its own (``sybil``, ``root_takeover``: :data:`ATTACKS` ``joins``), ``k`` new nodes with ground keys join (a
    ``join`` step each) and then turn in one ``adversary`` step;
-3. the attack window: ``window_s`` seconds of background traffic;
+3. the attack window: ``window_s`` seconds of background traffic (default 60 s, one wakeup-broadcast period, so
+   each window holds one of the periodic bursts, whatever its phase), measured from its ``wait`` step (every
+   adversary on, its drops confirmed) to the first off step (``measured`` in the manifest);
 4. the adversaries leave, in one step: they turn honest (``strategy: none``; a ``drop`` adversary drops nothing),
    joined ones are killed;
 5. a ``check`` step judges the invariants after the adversaries left, re-convergence timed from it (the checker's
@@ -104,7 +106,8 @@ class AttackPlan:
     select: str | None = None  # None: the attack's own rule
     backend: str = "inproc"
     out: Path = Path("attack")
-    window_s: float = 30.0
+    #: one wakeup-broadcast period (60 s, PROTOCOL.md §6.8): every window holds one burst, whatever its phase
+    window_s: float = 60.0
     settle_s: float = 10.0
     image: str | None = None
     pinecone_src: Path | None = None
@@ -232,8 +235,10 @@ def attack_scenario(plan: AttackPlan, fraction: float, seed: int) -> tuple[Scena
     doc = {"name": f"attack-{a.name}-f{fraction:g}", "description": a.what, "settle_s": plan.settle_s,
            "traffic": _traffic(n, victim if targeted else None), "steps": steps}
     sc = _validated(doc, f"attack {a.name}", a.step.get("strategy", "drop"))
+    # measured: from the window's wait (every adversary on and, where it can be, confirmed) to the first off step,
+    # window_s whatever the fraction (``window`` also holds the on steps, as long as their confirmation takes)
     info = {"adversaries": adversaries, "victim": victim if targeted else None,
-            "k": k, "window": [on_index, off_index]}  # fmt: skip
+            "k": k, "window": [on_index, off_index], "measured": [off_index - 1, off_index]}  # fmt: skip
     return sc, info
 
 
