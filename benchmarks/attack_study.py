@@ -2,8 +2,10 @@
 side, on graph-250 and a 100-node mixed mesh (docs/attacks.md, "The study").
 
 Each (topology, attack) is one ``snekbed attack`` (in process, Spark's analysis, report and plots in
-``OUT/<topology>/<attack>/``), every arm over the same seeds. An attack whose JSON is already in ``OUT`` is not
-run again, so the study resumes where it stopped (``--only`` runs a subset). Prints one table per topology: per
+``OUT/<topology>/<attack>/``), every arm over the same seeds. Each curve's JSON (the command's, without the run
+directories) goes to ``RESULTS/<topology>-<attack>.json`` (``--results``, default ``OUT``; the repository keeps
+its own in docs/data/attack-study/); one already there is not run again, so the study resumes where it stopped,
+across machines too (``--only`` runs a subset). Prints one table per topology: per
 attack and fraction, each variant's delivery among honest pairs, the victim's reachability (targeted attacks),
 tree / snake re-convergence after the adversaries left and honest control bytes per node-second (means over the
 seeds), with each attack's wall time. ``--json`` prints the rows instead.
@@ -40,9 +42,9 @@ def topologies(out: Path) -> dict[str, str]:
     return {"graph-250": "graph-250", "mixed-100": str(mixed)}
 
 
-def run_one(topology: str, attack: str, where: Path, seeds: int, variants: list[str], master: str) -> dict[str, Any]:
-    """One damage curve (cached in ``where/result.json``)."""
-    cached = where / "result.json"
+def run_one(topology: str, attack: str, where: Path, cached: Path, seeds: int, variants: list[str],
+            master: str) -> dict[str, Any]:  # fmt: skip
+    """One damage curve (kept in ``cached``)."""
     if cached.exists():
         return json.loads(cached.read_text())
     cmd = [sys.executable, "-m", "orchestrator.cli", "attack", attack, "--fractions", FRACTIONS, "--topology",
@@ -55,7 +57,10 @@ def run_one(topology: str, attack: str, where: Path, seeds: int, variants: list[
         raise SystemExit(f"{attack} on {topology}: exit {done.returncode}\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout)
     result["study_wall_s"] = round(time.monotonic() - t0, 1)
-    cached.write_text(json.dumps(result, indent=1))
+    result["seeds"], result["variants_run"] = seeds, variants
+    result.pop("run_dirs", None)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -98,6 +103,7 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], help="TOPOLOGY:ATTACK[,ATTACK...] (repeatable)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--out", type=Path, default=Path("attack-study"))
+    ap.add_argument("--results", type=Path, help="where each curve's JSON is kept (default: OUT)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     variants = a.variant or ["snek", "snek-s0"]
@@ -108,7 +114,8 @@ def main() -> None:
             if wanted and (name, attack) not in wanted:
                 continue
             where = a.out / name / attack
-            result = run_one(topo, attack, where, a.seeds, variants, a.master)
+            cached = (a.results or a.out) / f"{name}-{attack}.json"
+            result = run_one(topo, attack, where, cached, a.seeds, variants, a.master)
             print(f"{name} {attack}: {result.get('study_wall_s')} s", file=sys.stderr, flush=True)
             all_rows += rows(name, attack, result)
     print(json.dumps(all_rows, indent=1) if a.json else table(all_rows))
