@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from contract.frames import CONTROL_FRAME_TYPE_NAMES
+from pipeline.jobs.overhead import control_per_run, overhead_by_node
 
 __all__ = ["METRICS", "attack_runs", "interval", "run_ids", "summarize", "window_control"]
 
@@ -119,14 +119,13 @@ def window_control(events: DataFrame, window: DataFrame, adv: DataFrame) -> Data
         adv.withColumnRenamed("node", "node_name"), ["run_id", "node_name"], "left_anti").join(window, "run_id")
     overlap = F.least(F.col("mono_s"), F.col("t_off")) - F.greatest(F.col("mono_s") - F.col("interval_s"),
                                                                      F.col("t_on"))  # fmt: skip
-    stats = stats.withColumn("share", F.when(F.col("interval_s") > 0, F.greatest(overlap, F.lit(0.0))
-                                             / F.col("interval_s")).otherwise(0.0)).where(F.col("share") > 0)
-    node_s = stats.groupBy("run_id", "node", "mono_s").agg(F.max(F.col("share") * F.col("interval_s")).alias("s")) \
-        .groupBy("run_id").agg(F.sum("s").alias("node_s"))
-    sent = stats.where((F.col("direction") == "sent") & F.col("frame_type").isin(*CONTROL_FRAME_TYPE_NAMES))
-    total = sent.groupBy("run_id").agg(F.sum(F.col("bytes") * F.col("share")).alias("bytes"))
-    return node_s.join(total, "run_id", "left").select(
-        "run_id", (F.coalesce(F.col("bytes"), F.lit(0.0)) / F.col("node_s")).alias("control_bytes_per_node_s"))
+    share = F.when(F.col("interval_s") > 0, F.greatest(overlap, F.lit(0.0)) / F.col("interval_s")).otherwise(0.0)
+    # each emission cut to its share of the window; overhead's own jobs then count it as any emission
+    inside = stats.withColumn("share", share).where(F.col("share") > 0).select(
+        *[F.col(c) for c in events.columns if c not in ("interval_s", "frames", "bytes")],
+        (F.col("interval_s") * F.col("share")).alias("interval_s"),
+        (F.col("frames") * F.col("share")).alias("frames"), (F.col("bytes") * F.col("share")).alias("bytes"))
+    return control_per_run(overhead_by_node(inside)).select("run_id", "control_bytes_per_node_s")
 
 
 def _honest_pings(pings: DataFrame, adv: DataFrame) -> DataFrame:

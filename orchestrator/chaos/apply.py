@@ -143,7 +143,8 @@ class StepApplier:
 
     async def _nodes(self, step: _NodeStep) -> list[str]:
         if isinstance(step.target, tuple):  # nodes by name, alive or not
-            unknown = [n for n in step.target if n not in self.backend.known_nodes()]
+            known = set(self.backend.known_nodes())
+            unknown = [n for n in step.target if n not in known]
             if unknown:
                 raise TargetError(f"unknown node(s) {', '.join(map(repr, unknown))}")
             return list(step.target)

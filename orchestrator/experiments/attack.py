@@ -190,7 +190,7 @@ def _on_off(a: AttackSpec, topo: Topology, k: int, rule: str, seed: int, victim:
     if adversaries:
         on.append({"action": "adversary", "target": list(adversaries), **_step(a.step, victim), "check": False})
         off.append({**leave, "target": list(adversaries), "check": False})
-    if not adversaries:
+    else:
         on = [{"action": "note", "note": f"{a.name}: attack window opens (no adversary at fraction 0)"}]
         off = [{"action": "note", "note": f"{a.name}: attack window closes"}]
     return adversaries, on, off
