@@ -159,6 +159,8 @@ class InprocNetwork:
         self.on_frame: Callable[[SimNode, str, Frame, str, float], None] | None = None
         #: ``on_wire(end, frame_bytes, now)``: every frame as the sender wrote it onto the link (for pcapng)
         self.on_wire: Callable[[LinkEnd, bytes, float], None] | None = None
+        #: ``on_broken(link_id, node, reason)``: a router ended that (now down) peering for bad input; redial is the owner's
+        self.on_broken: Callable[[int, str, str], None] | None = None
         self._heap: list[tuple[float, int, int, Any]] = []
         self._tie = itertools.count()
         self.now = start
@@ -361,21 +363,18 @@ class InprocNetwork:
     # ------------------------------------------------------------------ faults (what the chaos backend drives)
 
     def flush(self, node: SimNode) -> None:
-        """Move ``node``'s router outputs onto links, observers and its timer now: after a call into its router
-        from outside the event loop (a ping started, a node added)."""
+        """Move ``node``'s router outputs out now (after a call into its router from outside the event loop)."""
         self._flush(node)
 
     def add_node(self, name: str, ident: Identity, spec: VariantSpec | None = None) -> SimNode:
-        """``name`` starts afresh now with ``ident`` running ``spec`` (replacing a dead node of that name), with no
-        link yet. Its first outputs wait until :meth:`flush`, so the caller can note its start before them."""
+        """``name`` starts afresh now with ``ident`` and ``spec``, unlinked; its first outputs wait for :meth:`flush`."""
         node = self.make_node(name, ident, self.now, spec)
         self.nodes[name] = node
         self.topology_version += 1
         return node
 
     def revive(self, name: str) -> None:
-        """The dead node ``name`` comes back with the router it had, everything it knew included (not a fresh
-        start: the chaos tests plant this as a defect)."""
+        """The dead ``name`` comes back with its old router and all it knew (a defect the chaos tests plant)."""
         self.nodes[name].alive = True
         self.topology_version += 1
 
@@ -592,6 +591,8 @@ class InprocNetwork:
             end = node.ends.get(port)
             if end is not None:
                 self.disconnect(end.link_id, reason)
+                if self.on_broken is not None:
+                    self.on_broken(end.link_id, node.name, reason)
         # a router that was frozen (a paused node) may owe timers from the past: they run now, time never goes back
         d = out.next_deadline if out.next_deadline > now else now
         if d < node.timer_at:

@@ -17,6 +17,8 @@ How faults map here (docs/chaos.md compares them with Docker):
 * ``partition`` / ``link_down``: the links are removed (both ends see the stream close); ``heal`` / ``link_up``
   make them again. A Docker partition instead disconnects networks, and TCP may take up to the peer timeout to notice.
 * ``link_change``: the link's shaper is replaced mid-run.
+* a peering a router ends for bad input (a forged or malformed frame) is dialled again with the node's backoff
+  (orchestrator.chaos.inproc_links), as the TCP node's dialer does.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from orchestrator.chaos.backend import ChaosBackend, Converged, FlightDump, Traf
 from orchestrator.chaos.checker import NodeState, PingOutcome
 from orchestrator.chaos.flight import from_network
 from orchestrator.chaos.inproc_attacks import InprocAttacks
+from orchestrator.chaos.inproc_links import InprocLinks
 
 __all__ = ["InprocChaos", "PEER_TIMEOUT_S"]
 
@@ -57,7 +60,7 @@ PEER_TIMEOUT_S = 5.0  # PROTOCOL.md §3.5: a peer silent this long is dropped
 OBSERVE_EVERY_S = 0.1
 
 
-class InprocChaos(InprocAttacks, ChaosBackend):
+class InprocChaos(InprocAttacks, InprocLinks, ChaosBackend):
     """The chaos backend (every protocol of orchestrator.chaos.backend) over one InprocNetwork. Build it, then
     ``await start()`` inside trio."""
 
@@ -107,6 +110,7 @@ class InprocChaos(InprocAttacks, ChaosBackend):
                                  boot_spread_s=boot_spread_s, recorder_s=recorder_s,
                                  node_specs=topology.nodes if topology is not None else ())  # fmt: skip
         self.timers = timers
+        self._watch_broken()  # a peering a router ends for bad input is dialled again (inproc_links)
         # every link the run wants: spec index -> (a, b, class, connect options); lid when made
         self.specs: list[tuple[str, str, str, dict[str, Any]]] = []
         self.made: dict[int, int] = {}  # spec -> live link id
@@ -409,30 +413,6 @@ class InprocChaos(InprocAttacks, ChaosBackend):
         return out
 
     # ------------------------------------------------------------------ links
-
-    def _make(self, i: int) -> bool:
-        if i in self.made or i in self.cut or i in self.down:
-            return False
-        a, b, cls, opts = self.specs[i]
-        if not (self._live(a) and self._live(b)):
-            return False
-        lid = self.net.connect(a, b, cls, **opts)
-        if lid is None:
-            self.refused.append({"a": a, "b": b, "reason": "ports_full", "at_s": round(self.net.now, 3)})
-            return False
-        self.made[i] = lid
-        return True
-
-    def _unmake(self, i: int, reason: str) -> None:
-        lid = self.made.pop(i, None)
-        if lid is not None:
-            self.net.disconnect(lid, reason)
-
-    def _specs_between(self, a: str, b: str) -> list[int]:
-        return [i for i, (x, y, _, _) in enumerate(self.specs) if {x, y} == {a, b}]
-
-    def _specs_of(self, name: str) -> list[int]:
-        return [i for i, (x, y, _, _) in enumerate(self.specs) if name in (x, y)]
 
     async def link_down(self, a: str, b: str) -> bool:
         specs = self._specs_between(a, b)

@@ -13,6 +13,7 @@ import trio.testing
 
 from orchestrator.chaos.apply import StepApplier
 from orchestrator.chaos.inproc_backend import InprocChaos
+from orchestrator.chaos.inproc_links import REDIAL_MAX_S
 from orchestrator.chaos.scenario import ScenarioError, parse_scenario_yaml
 from orchestrator.model.generators import ring
 from orchestrator.model.topology import Topology
@@ -147,6 +148,31 @@ def test_forged_frames_are_rejected_and_counted_by_every_honest_peer() -> None:
         assert c[peer].get(("disconnect", "bad_signature"), 0) + c[peer].get(
             ("disconnect", "announcement_port_zero"), 0) >= 1
     assert not c["_errors"]
+
+
+def test_a_peering_ended_for_a_forged_frame_is_redialled_with_backoff_and_back_once_the_forger_stops() -> None:
+    """As a TCP node's dialer does (node/peering.py): the honest neighbours of a forger of announcements end the
+    peering, it is dialled again after the backoff (doubling while the peering keeps ending within 10 s), and once
+    the forger stops every link of the ring is up again and the network converges."""
+    topo = ring(12)
+    steps = "  - {action: adversary, target: n08, strategy: forge, rate_per_s: 2, kinds: [announcement]}\n" \
+            "  - {action: wait, s: 20}\n" \
+            "  - {action: adversary, target: n08, strategy: none}\n"  # fmt: skip
+
+    async def after(b: InprocChaos, acts: list) -> tuple[list, int, bool]:
+        redials = list(b.redials)
+        await b.sleep(REDIAL_MAX_S * 1.2)  # the longest wait a dialer makes: every link is dialled again by then
+        edges = sum(1 for _ in b.net.edges())
+        converged = (await b.wait_converged(b.now(), b.reconvergence_bound_s(10))).converged
+        return redials, edges, converged
+
+    redials, edges, converged = _drive(topo, steps, after)
+    assert converged and edges == 12
+    ends = {(spec, node) for _, spec, node, _, _ in redials}
+    assert {node for _, node in ends} <= {"n07", "n09"} and len(redials) >= 4, redials
+    for spec in {s for s, _ in ends}:
+        waits = [w for _, s, _, _, w in redials if s == spec]
+        assert waits[0] <= 0.5 * 1.2 and max(waits) > 0.5 * 1.2, waits  # the backoff grew while it kept ending
 
 
 @pytest.mark.parametrize(("step", "words"), [
