@@ -466,6 +466,7 @@ def _start_run(topology: Topology, run: RunDir, *, backend: DockerBackend, image
         host = {name: p["host"] for name, p in placed.items()}
         crossing = [ln.index for ln in result.plan.links if host.get(ln.a) != host.get(ln.b)]
         run.update_meta(swarm={"placements": placed, "planned": dict(backend.planned), "crossing_links": crossing,
+                               "images": dict(backend.images_placed),
                                "shaping": "userspace",
                                "why": "the kernel backend cannot reach tasks on other hosts"})
     t0 = result.t_last_start

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from netem.plan import ShapingBackend
 from orchestrator.backends.docker import (
@@ -57,6 +58,7 @@ from orchestrator.backends.docker_plan import (
     link_shape,
     plan_launches,
 )
+from orchestrator.backends.cluster import ClusterError, find_cluster, load_images
 from orchestrator.model.placement import PlacementError, plan_hosts
 from orchestrator.model.topology import Topology
 from orchestrator.backends.docker_net import (
@@ -111,6 +113,8 @@ class SwarmBackend(DockerBackend):
     name = "swarm"
     #: node -> host of the last ``up`` whose topology places its nodes (plan_hosts); {} when the swarm chose
     planned: dict[str, str] = {}
+    #: image -> {id, loaded_on, seconds} of the last ``up`` on a snekbed cluster (place_images); {} elsewhere
+    images_placed: dict[str, Any] = {}
 
     # ------------------------------------------------------------ checks
 
@@ -139,6 +143,26 @@ class SwarmBackend(DockerBackend):
         return sorted((n.get("Description") or {}).get("Hostname", "") for n in self.api.nodes()
                       if (n.get("Status") or {}).get("State") == "ready"
                       and (n.get("Spec") or {}).get("Availability") == "active")  # fmt: skip
+
+    def place_images(self, images: list[str], progress: Progress) -> dict[str, Any]:
+        """On a ``snekbed cluster``'s swarm, load each image onto every worker that lacks that exact image id (from
+        the engine the cluster runs on: cluster.load_images); per image its id, the hosts it went to and the seconds.
+        {} on any other swarm: there the hosts pull from a registry, or were given the image by hand
+        (docs/multi-host.md, "On real machines")."""
+        address = urlparse(str(self.api.base_url)).hostname
+        if not address or not images:
+            return {}
+        try:
+            cluster = find_cluster(manager_address=address)
+        except ClusterError:
+            return {}
+        progress("images on hosts", 0, len(images))
+        try:
+            placed = load_images(cluster, images, lambda _line: None)
+        except ClusterError as exc:
+            raise SwarmError(f"putting {', '.join(images)} on the hosts of cluster {cluster.id}: {exc}") from None
+        progress("images on hosts", len(images), len(images))
+        return placed
 
     def plan_hosts(self, topology: Topology) -> dict[str, str]:
         """Node -> host for the nodes the topology places (``host: h2``, ``placement``: orchestrator.model.placement);
@@ -175,6 +199,7 @@ class SwarmBackend(DockerBackend):
         events_dir = events_dir.absolute()
         events_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        self.images_placed = self.place_images(sorted({img for img in images.values() if img}), progress)
         self.planned = self.plan_hosts(topology)
         with network_lock(self.lock_path):
             plan = self.plan(topology, run_id)

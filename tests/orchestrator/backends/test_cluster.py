@@ -105,6 +105,9 @@ def test_mesh12_spread_then_root_host_crash(cluster: dict[str, Any], tmp_path: P
     scenario = share / "host-crash.yaml"
     scenario.write_text(HOST_CRASH)
     env = {"DOCKER_HOST": cluster["docker_host"]}
+    # h2 lacks the node image now: the run puts it there, and only there (docs/multi-host.md, "Images")
+    h2 = docker.DockerClient(base_url=f"tcp://{next(h for h in cluster['hosts'] if h['name'] == 'h2')['address']}:2375")
+    h2.images.remove(cluster["node_image"], force=True)
     done = _cli("chaos", str(scenario), "--backend", "swarm", "--topology", str(topo), "--image",
                 cluster["node_image"], "--runs-dir", str(share / "runs"), "--seed", "3", "--json", env=env)
     out = json.loads(done.stdout) if done.stdout.strip() else {}
@@ -112,6 +115,9 @@ def test_mesh12_spread_then_root_host_crash(cluster: dict[str, Any], tmp_path: P
     run_dir = Path(out["run_dir"])
     meta = json.loads((run_dir / "meta.json").read_text())
     placed = meta["swarm"]["placements"]
+    images = meta["swarm"]["images"][cluster["node_image"]]
+    assert images["loaded_on"] == ["h2"] and images["id"] == cluster["images"][cluster["node_image"]]["id"], images
+    assert h2.images.get(cluster["node_image"]).id == images["id"]
     assert len(placed) == 12 and {p["host"] for p in placed.values()} == {"h1", "h2", "h3"}, placed
     assert meta["swarm"]["planned"] == {n: p["host"] for n, p in placed.items()}, meta["swarm"]  # ran where planned
     sites = [[f"n{i:02d}" for i in range(first, first + 4)] for first in (1, 5, 9)]
