@@ -10,8 +10,9 @@ For each fraction ``f`` and seed the experiment generates a chaos scenario (:fun
 3. the attack window: ``window_s`` seconds of background traffic (default 60 s, one wakeup-broadcast period, so
    each window holds one of the periodic bursts, whatever its phase), measured from its ``wait`` step (every
    adversary on, its drops confirmed) to the first off step (``measured`` in the manifest);
-4. the adversaries leave, in one step: they turn honest (``strategy: none``; a ``drop`` adversary drops nothing),
-   joined ones are killed;
+4. the adversaries leave, in one step: they turn honest (``strategy: none``; a ``drop`` adversary drops nothing);
+   joined ones turn honest too, then are killed in a second step (the first step's ``replaced`` records what their
+   strategies did by their own counts, which a killed node's last event interval would lose on Docker);
 5. a ``check`` step judges the invariants after the adversaries left, re-convergence timed from it (the checker's
    honest view judges any step while adversaries are present: orchestrator.chaos.checker).
 
@@ -183,13 +184,13 @@ def _on_off(a: AttackSpec, topo: Topology, k: int, rule: str, seed: int, victim:
                 "above_all": True}
             on.append({"action": "join", "node": name, "peers": sorted(set(peers)), "adversary": True, "key": key,
                        "check": False})  # fmt: skip
-        leave: dict[str, Any] = {"action": "kill"}
     else:
         adversaries = choose(topo, k, rule, seed, victim)
-        leave = {"action": "adversary", **a.leave}
     if adversaries:
         on.append({"action": "adversary", "target": list(adversaries), **_step(a.step, victim), "check": False})
-        off.append({**leave, "target": list(adversaries), "check": False})
+        off.append({"action": "adversary", **a.leave, "target": list(adversaries), "check": False})
+        if a.joins is not None:  # and then leave the network
+            off.append({"action": "kill", "target": list(adversaries), "check": False})
     else:
         on = [{"action": "note", "note": f"{a.name}: attack window opens (no adversary at fraction 0)"}]
         off = [{"action": "note", "note": f"{a.name}: attack window closes"}]

@@ -108,8 +108,12 @@ def test_scenarios_and_selection_rules() -> None:
     assert sc1.steps[1].target == sc1.steps[3].target == tuple(info1["adversaries"])
     assert not sc1.steps[3].drop.get("traffic")  # they leave: drop nothing
     sybil, info = attack_scenario(AttackPlan(ATTACKS["sybil"], topo, [0.25], [0]), 0.25, 0)
-    assert [s.action for s in sybil.steps] == ["wait", "join", "join", "adversary", "wait", "kill", "check"]
-    assert sybil.steps[3].target == sybil.steps[5].target == ("adv01", "adv02") == tuple(info["adversaries"])
+    # joined ones turn honest (the lift's ``replaced`` keeps what they did), then leave the network
+    assert [s.action for s in sybil.steps] == ["wait", "join", "join", "adversary", "wait", "adversary", "kill",
+                                               "check"]  # fmt: skip
+    assert sybil.steps[3].target == sybil.steps[5].target == sybil.steps[6].target == ("adv01", "adv02") == tuple(
+        info["adversaries"])
+    assert sybil.steps[5].strategy == "none" and info["window"] == [1, 5] and info["measured"] == [4, 5]
 
 
 def test_a_targeted_attack_pings_its_victim_every_other_turn() -> None:
