@@ -162,7 +162,7 @@ async def main_async(cfg: NodeConfig) -> None:
 @click.option("--write-timeout-s", type=float, default=3.0)
 @click.option("--backoff-max-s", type=float, default=30.0, help="Longest wait between redials of a configured peer.")
 @click.option("--variant", default="snek", metavar="NAME[,KNOB=VALUE...]", help="Protocol variant: snek (the reference), snek-s0 (seed 000), legacy (seeds 002/003); see docs/variants.md.")
-@click.option("--knob", multiple=True, metavar="KEY=VALUE", help="Variant knob: root_filter, bootstrap_interval, entry_expiry, hop_limiting, wakeup_broadcasts (docs/variants.md). Repeatable.")
+@click.option("--knob", multiple=True, metavar="KEY=VALUE", help="Variant knob: root_filter, bootstrap_interval, entry_expiry, hop_limiting, wakeup_broadcasts, bootstrap_min_gap (docs/variants.md). Repeatable.")
 @click.option("--hop-limiting/--no-hop-limiting", default=False, help="Decrement traffic hop limits (§4.9); the same as --knob hop_limiting=1.")
 @click.option("--broadcasts/--no-broadcasts", default=True, help="Send wakeup broadcasts (§6.8); --no-broadcasts is --knob wakeup_broadcasts=0.")
 @click.option("--adversary", multiple=True, metavar="SPEC", help="Drop received frames (chaos tests): [drop:]KIND=PERCENT[,KIND=PERCENT][@PEERKEY], kinds all, keepalive, tree_announcement, bootstrap, wakeup_broadcast, traffic. Repeatable (one per peer). Or a strategy (docs/attacks.md): STRATEGY[:NAME=VALUE,...], e.g. greyhole:forward=0.3, sybil:victim=KEYHEX, root_takeover:mode=rejoin,period_s=30, bootstrap_flood:multiple=10, announcement_flood, replay:interval_s=1, forge:rate_per_s=1,kinds=bootstrap+coords, none (the last strategy given wins).")

@@ -57,7 +57,7 @@ __all__ = ["LINK_CLASSES", "PING_BUCKETS_S", "FamilySet", "NodeCollector", "Node
 PING_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 #: the link classes a node's links can have (node.config resolves a peering's class in the default table)
 LINK_CLASSES: frozenset[str] = frozenset(default_classes())
-_BOOTSTRAP_REJECT_REASONS = ("malformed", "bad_signature", "root_mismatch", "replay")
+_BOOTSTRAP_REJECT_REASONS = ("malformed", "bad_signature", "root_mismatch", "replay", "rate")
 _TYPE_LABELS = (*FRAME_TYPE_NAMES, UNKNOWN_FRAME_TYPE)
 
 

@@ -36,6 +36,7 @@ class SnekReference:
         knobs = self.host.knobs
         self.expiry_s = float(knobs.get("entry_expiry", EXPIRY_S))
         self.root_filter = bool(knobs.get("root_filter", False))
+        self.min_gap = float(knobs.get("bootstrap_min_gap", 0.0))
         self.table = RoutingTable()
         self.view = SnekView()
         self.descending: Entry | None = None
@@ -148,6 +149,8 @@ class SnekReference:
         old = self.table.get(origin)
         if old is not None and old.root == root and p.seq <= old.seq:
             return "replay"
+        if old is not None and old.root == root and now - old.last_seen < self.min_gap:
+            return "rate"  # the bootstrap_min_gap knob (not the spec's): an origin refreshes at most this often
         if old is None and len(self.table) >= self.host.max_routes:
             return "table_full"  # bounded memory: validly signed bootstraps from made-up keys cannot grow it
         entry = Entry(origin, from_port, to_port, now, root, p.seq, self.expiry_s)

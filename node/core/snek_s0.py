@@ -84,6 +84,7 @@ class SnekS0:
         knobs = self.host.knobs
         self.expiry_s = float(knobs.get("entry_expiry", EXPIRY_S))
         self.root_filter = bool(knobs.get("root_filter", False))
+        self.min_gap = float(knobs.get("bootstrap_min_gap", 0.0))
         self.table = RoutingTable()
         self.descending: Entry | None = None
         self.last_bootstrap = now - self.host.t.bootstrap_interval_s  # the first tick bootstraps
@@ -246,8 +247,11 @@ class SnekS0:
             return "bad_signature"
         if p.root_key != root.key or p.root_seq != root.seq:
             return "root_mismatch"
-        if self.table.get(origin) is None and len(self.table) >= self.host.max_routes:
+        old = self.table.get(origin)
+        if old is None and len(self.table) >= self.host.max_routes:
             return "table_full"  # bounded memory (deviation 4)
+        if old is not None and old.root == root and now - old.last_seen < self.min_gap:
+            return "rate"  # the bootstrap_min_gap knob (not S0's): an origin refreshes at most this often
         # 1. origin key; 2. root key and sequence; 3. last seen = now; 4. source port; 5. destination port
         # (none at the dead end); 6. the watermark: (origin, bootstrap sequence) (deviation 3)
         self.table.install(Entry(origin, from_port, to_port, now, Root(p.root_key, p.root_seq), p.seq, self.expiry_s))

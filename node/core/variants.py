@@ -104,6 +104,9 @@ KNOBS: dict[str, Knob] = {
         Knob("entry_expiry", EXPIRY_S, _seconds(1.0, 86_400), "s",
              "lifetime of a routing-table entry and of the descending entry without a refresh (§6.7; legacy: 3600)"),
         Knob("hop_limiting", False, _bool, "bool", "decrement traffic hop limits and drop at zero (§4.9)"),
+        Knob("bootstrap_min_gap", 0.0, _seconds(0.0, 60), "s",
+             "reject a bootstrap whose origin's route was installed or refreshed under the same root less than this "
+             "long ago (reason rate): a flood mitigation, not in the spec (docs/attacks.md); 0 is off"),
         Knob("wakeup_broadcasts", True, _bool, "bool", "send wakeup broadcasts (§6.8)"),
         Knob("planted_bug", "", parse_planted_bug, "name",
              "TEST ONLY: a routing bug planted on purpose (node.core.planted; docs/chaos.md); '' is none"),
@@ -126,11 +129,13 @@ register(Variant("snek-s0", SnekS0, CAPABILITIES, "000",
                  "exact-match-only peer ancestors, bootstraps every 5 s and never sooner"))  # fmt: skip
 register(Variant("legacy", SnekLegacy, 0x8000003B, "002/003",
                  "the older snake (§7): ascending/descending paths set up and torn down explicitly, 1 h hard state, "
-                 "no watermarks, frame types 0xE0-0xE3", defaults={"entry_expiry": LEGACY_EXPIRY_S}, soft_state=False))  # fmt: skip
+                 "no watermarks, frame types 0xE0-0xE3", defaults={"entry_expiry": LEGACY_EXPIRY_S}, soft_state=False,
+                 fixed=("bootstrap_min_gap",)))  # fmt: skip
 register(Variant("pinecone", SnekReference, CAPABILITIES, "the reference's own code",
                  "the Pinecone reference implementation itself (node/pinecone on github.com/matrix-org/pinecone, "
                  "docs/interop.md), as a node of its own: Docker and swarm backends only",
-                 implementation="reference", fixed=("root_filter", "bootstrap_interval", "entry_expiry", "planted_bug"),
+                 implementation="reference", fixed=("root_filter", "bootstrap_interval", "entry_expiry", "planted_bug",
+                                                              "bootstrap_min_gap"),
                  protocol="snek"))  # fmt: skip
 
 

@@ -58,7 +58,7 @@ __all__ = ["sim"]
                    "gives a node its own.")
 @click.option("--knob", "knobs", multiple=True, metavar="KEY=VALUE",
               help="A variant knob for every node (root_filter, bootstrap_interval, entry_expiry, hop_limiting, "
-                   "wakeup_broadcasts). Repeatable.")
+                   "wakeup_broadcasts, bootstrap_min_gap). Repeatable.")
 @click.option("--metrics", "metrics_at", default=None, metavar="HOST:PORT",
               help="Serve every node's metrics on one endpoint, each series with a `node` label (docs/metrics.md); "
                    "needs --clock real.")
