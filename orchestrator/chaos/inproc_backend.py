@@ -314,7 +314,9 @@ class InprocChaos(InprocAttacks, InprocLinks, ChaosBackend):
     def reconvergence_bound_s(self, margin_s: float) -> float:
         interval, expiry = self.variant.slowest(self.net.nodes[n].spec for n in self.live_graph())
         timers = dataclasses.replace(self.timers or Timers(), bootstrap_interval_s=interval)
-        return reconvergence_bound_s(self.live_graph(), timers, margin_s=margin_s, expiry_s=expiry)
+        # links a router ended and that are being redialled come back within their backoff: counted from then
+        return round(reconvergence_bound_s(self.live_graph(), timers, margin_s=margin_s, expiry_s=expiry)
+                     + self.pending_redial_s(), 1)
 
     # ------------------------------------------------------------------ pings
 

@@ -48,6 +48,7 @@ class InprocLinks:
         self._redial_rng = random.Random(f"redial:{self.seed}")
         self._made_at: dict[int, float] = {}  # spec -> when its link last came up
         self._backoff: dict[int, float] = {}  # spec -> its next wait (before jitter)
+        self._redial_at: dict[int, float] = {}  # spec -> when its redial is due (until it is made)
         #: (at, spec, node that ended it, reason, wait) of every peering a router ended, and its redial
         self.redials: list[tuple[float, int, str, str, float]] = []
         self.net.on_broken = self._broken
@@ -64,6 +65,7 @@ class InprocLinks:
             return False
         self.made[i] = lid
         self._made_at[i] = self.net.now
+        self._redial_at.pop(i, None)
         return True
 
     def _unmake(self, i: int, reason: str) -> None:
@@ -76,6 +78,13 @@ class InprocLinks:
 
     def _specs_of(self, name: str) -> list[int]:
         return [i for i, (x, y, _, _) in enumerate(self.specs) if name in (x, y)]
+
+    def pending_redial_s(self) -> float:
+        """How long until the last redial now due is made (0 when none is): a link being redialled comes back
+        then, a topology change that re-convergence bounds must count from (InprocChaos.reconvergence_bound_s)."""
+        now = self.net.now
+        due = [at - now for i, at in self._redial_at.items() if i not in self.cut and i not in self.down]
+        return max(due, default=0.0)
 
     def _broken(self, lid: int, node: str, reason: str) -> None:
         """A router ended link ``lid`` (already down): its spec is made again after the dialer's backoff."""
@@ -90,4 +99,9 @@ class InprocLinks:
         self._backoff[spec] = min(backoff * 2, REDIAL_MAX_S)
         wait = backoff * self._redial_rng.uniform(0.8, 1.2)
         self.redials.append((round(now, 3), spec, node, reason, round(wait, 3)))
-        self.net.call_at(now + wait, lambda _now: self._make(spec))
+        self._redial_at[spec] = now + wait
+        self.net.call_at(now + wait, lambda _now: self._redialled(spec))
+
+    def _redialled(self, spec: int) -> None:
+        self._redial_at.pop(spec, None)  # dialled: made now, or not wanted (cut, down, an end dead) any more
+        self._make(spec)

@@ -161,7 +161,10 @@ def test_a_peering_ended_for_a_forged_frame_is_redialled_with_backoff_and_back_o
 
     async def after(b: InprocChaos, acts: list) -> tuple[list, int, bool]:
         redials = list(b.redials)
+        pending = b.pending_redial_s()  # counted into the re-convergence bound: the links come back by then
+        assert 0 <= pending <= REDIAL_MAX_S * 1.2, pending
         await b.sleep(REDIAL_MAX_S * 1.2)  # the longest wait a dialer makes: every link is dialled again by then
+        assert b.pending_redial_s() == 0
         edges = sum(1 for _ in b.net.edges())
         converged = (await b.wait_converged(b.now(), b.reconvergence_bound_s(10))).converged
         return redials, edges, converged
