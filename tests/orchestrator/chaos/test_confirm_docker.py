@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from node.config import Timeouts
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.chaos.backend import PLANT_ENV
 from orchestrator.chaos.scenario import INVARIANTS
@@ -134,7 +135,10 @@ def test_every_fault_is_judged_and_confirmed_on_docker(client: object, image: st
                 print("links check", c.link, c.got, c.checks)
             assert [c.link for c in checks] == ["2", "3"] and all(c.passed for c in checks), [c.checks for c in checks]
         assert "dropped" in how["adversary"]
-        assert 4.0 <= steps[1]["confirmed"]["latency_s"] <= 15.0  # noticed through the 5 s peer timeout
+        # noticed through the peer timeout: 5 s after the last frame the peer sent, and it sends one at least every
+        # 3 s (keepalive), so 2 to 5 s after the cut, plus the confirmation's polling (run 1 of 2026-11-28: 3.02 s)
+        t = Timeouts()
+        assert t.read_s - t.keepalive_s <= steps[1]["confirmed"]["latency_s"] <= 15.0, steps[1]["confirmed"]
         assert out["invalid_steps"] == [] and done.returncode in (0, 1), done.stderr[-3000:]
     finally:
         if out.get("run_dir"):  # --keep left it up for the links check: down as `snekbed down` does
