@@ -99,9 +99,11 @@ class InprocLinks:
         self._backoff[spec] = min(backoff * 2, REDIAL_MAX_S)
         wait = backoff * self._redial_rng.uniform(0.8, 1.2)
         self.redials.append((round(now, 3), spec, node, reason, round(wait, 3)))
-        self._redial_at[spec] = now + wait
-        self.net.call_at(now + wait, lambda _now: self._redialled(spec))
+        due = self._redial_at[spec] = now + wait
+        self.net.call_at(due, lambda _now: self._redialled(spec, due))
 
-    def _redialled(self, spec: int) -> None:
-        self._redial_at.pop(spec, None)  # dialled: made now, or not wanted (cut, down, an end dead) any more
+    def _redialled(self, spec: int, due: float) -> None:
+        if self._redial_at.get(spec) != due:
+            return  # made meanwhile (a heal, a restart), perhaps ended again with a later redial of its own
+        del self._redial_at[spec]  # dialled: made now, or not wanted (cut, down, an end dead) any more
         self._make(spec)
