@@ -55,6 +55,7 @@ _TEMPLATES: dict[str, str] = {
     "string_pattern_mismatch": "String should match pattern '{pattern}'",
     "literal_error": "Input should be {expected}",
     "dict_type": "Input should be a valid dictionary",
+    "bool_type": "Input should be a valid boolean",
     "model_type": "Input should be a valid dictionary or instance of {class_name}",
     "value_error": "Value error, {error}",
 }
@@ -221,6 +222,13 @@ def literal(value: Any, choices: tuple[str, ...]) -> str:
     quoted = [repr(c) for c in choices]
     expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
     raise Problem("literal_error", value, expected=expected)
+
+
+def as_bool(value: Any) -> bool:
+    """A JSON boolean (strict: no 0/1 or strings, as a switch in a request body should be). Raises Problem."""
+    if not isinstance(value, bool):
+        raise Problem("bool_type", value)
+    return value
 
 
 def as_dict(value: Any) -> dict[Any, Any]:

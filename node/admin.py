@@ -9,8 +9,10 @@ Contract (scripts depend on it; ``docs/node.md`` has examples):
 ``GET /routes``            ``[{"key", "source", "destination", "expires_in_s"}]``: the valid routing-table entries
 ``POST /ping``             ``{"key": hex, "mode": "snek"|"tree", "count": int, "timeout_s": float}`` ->
                            ``{"sent", "received", "rtt_ms": [float], "hops": [int]}``
-``POST /peers``            ``{"uri": "tcp://HOST:PORT?class=..", "timeout_s": float}`` -> 201 when the
-                           peering is up (``port``, ``key``, ``class``), 202 while it is still dialling
+``POST /peers``            ``{"uri": "tcp://HOST:PORT?class=..", "timeout_s": float, "redial": bool}`` -> 201
+                           when the peering is up (``port``, ``key``, ``class``), 202 while it is still dialling;
+                           ``"redial": false`` (a radio link): dialled until it first comes up within
+                           ``timeout_s`` and never again once it ends (202 ``"status": "failed"`` if it did not)
 ``DELETE /peers/{port}``   close that peering (and stop redialling its URI) -> ``{"port", "key"}``; 404
 ``POST /peers/shape``      ``{"peer": hex, "class": name|null, "shaping": {"delay_ms": float|null, ...}}`` ->
                            ``{"ports", "shapes": {port: shape}}``: the userspace shaper of the peerings with that
@@ -39,7 +41,7 @@ from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 import trio
 
-from contract.checks import Checker, Invalid, Problem, as_dict, as_float, as_int, as_str, bounded, literal
+from contract.checks import Checker, Invalid, Problem, as_bool, as_dict, as_float, as_int, as_str, bounded, literal
 
 from node.config import ConfigError, HostPort
 from node.flight import Record, read_out, to_jsonl, to_pcapng
@@ -120,12 +122,13 @@ class PingRequest:
 class PeerRequest:
     uri: str
     timeout_s: float = 10.0
+    redial: bool = True
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> PeerRequest:
-        c = Checker("PeerRequest", raw, ("uri", "timeout_s"))
+        c = Checker("PeerRequest", raw, ("uri", "timeout_s", "redial"))
         body = cls(c.field("uri", lambda v: as_str(v, min_length=1, max_length=2000)),
-                   c.field("timeout_s", _num(ge=0, le=120), 10.0))
+                   c.field("timeout_s", _num(ge=0, le=120), 10.0), c.field("redial", as_bool, True))
         c.done()
         return body
 
@@ -306,7 +309,7 @@ class _Handlers:
         if self.node.stopping:
             return _error(409, "the node is stopping")
         try:
-            result = await self.node.add_peer(body.uri, body.timeout_s)
+            result = await self.node.add_peer(body.uri, body.timeout_s, redial=body.redial)
         except ConfigError as exc:
             return _error(400, str(exc))
         return JSONResponse(result, status_code=201 if result["status"] == "connected" else 202)

@@ -101,6 +101,9 @@ class Dialer:
     kick: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)  # redial now (admin)
     kicked: bool = False
     attempt: trio.CancelScope | None = None  # the connect in flight, which a redial now starts over
+    #: dial once (a radio link, POST /peers ``"redial": false``): dialled until this instant (trio's clock) or
+    #: until it first comes up, and never again once that peering ends; None: redialled until dropped
+    once_until: float | None = None
 
 
 class Peering:
@@ -130,12 +133,14 @@ class Peering:
 
     # ------------------------------------------------------------ dialling
 
-    def start_dialer(self, spec: PeerSpec, nursery: trio.Nursery | None = None) -> Dialer:
-        """Dial ``spec`` now and redial with backoff whenever the peering ends."""
+    def start_dialer(self, spec: PeerSpec, nursery: trio.Nursery | None = None, *,
+                     once_until: float | None = None) -> Dialer:  # fmt: skip
+        """Dial ``spec`` now and redial with backoff whenever the peering ends (with ``once_until``: only until
+        that instant or until it first comes up)."""
         target = nursery or self._nursery
         if target is None:
             raise RuntimeError("Peering.run has not started: no nursery for the dialer")
-        d = Dialer(spec)
+        d = Dialer(spec, once_until=once_until)
         self.dialers.append(d)
         target.start_soon(self.dial_loop, d)
         return d
@@ -143,7 +148,9 @@ class Peering:
     async def dial_loop(self, d: Dialer) -> None:
         """Dial ``d.spec`` until the node stops or ``d.scope`` is cancelled; redial after failures and
         disconnects with exponential backoff (``backoff_min_s`` doubling to ``backoff_max_s``, +/-20 %
-        jitter; reset after a peering that lasted 10 s). Never raises (except Cancelled)."""
+        jitter; reset after a peering that lasted 10 s). A dial-once dialer ends when its first peering ends,
+        or at ``once_until`` if none came up; its retries before then are at ``backoff_min_s`` (a radio link
+        being made). Never raises (except Cancelled)."""
         host = self.host
         t = host.cfg.timeouts
         spec = d.spec
@@ -166,9 +173,16 @@ class Peering:
                         d.last_error = await self.run_stream(stream, d.spec.link, d.spec.uri, d)
                         if trio.current_time() - started >= STABLE_S:
                             backoff = t.backoff_min_s
+                    if d.once_until is not None:
+                        if stream is not None or trio.current_time() >= d.once_until:
+                            return  # dial once: that peering ended (or it never came up in time)
+                        backoff = t.backoff_min_s
                     d.changed.unpark_all()
                     if not d.kicked:  # a redial asked while this attempt ran goes at once
-                        with trio.move_on_after(backoff * self._rng.uniform(0.8, 1.2)):
+                        wait = backoff * self._rng.uniform(0.8, 1.2)
+                        if d.once_until is not None:
+                            wait = min(wait, max(0.0, d.once_until - trio.current_time()))
+                        with trio.move_on_after(wait):
                             await d.kick.park()
                     if d.kicked:  # POST /peers/redial: the path is back, dial now and start the backoff over
                         d.kicked = False
@@ -219,14 +233,16 @@ class Peering:
             return f"dial_failed: {exc}"
         return await self.run_stream(stream, link, f"tcp://{host}:{port}", None)
 
-    async def add_peer(self, uri: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    async def add_peer(self, uri: str, timeout_s: float = 10.0, *, redial: bool = True) -> dict[str, Any]:
         """Dial ``uri`` (redialled with backoff until dropped); wait up to ``timeout_s`` for it to come up.
+        With ``redial`` false it is dialled only until it first comes up within ``timeout_s`` and never again
+        once that peering ends (``"status": "failed"`` when it did not come up).
 
         Raises ConfigError for a bad URI, and for a Bluetooth URI where Bluetooth is not available.
         """
         spec = parse_peer_uri(uri, what="uri")
         self.check_transport(spec, "uri")
-        d = self.start_dialer(spec)
+        d = self.start_dialer(spec, once_until=None if redial else trio.current_time() + timeout_s)
         with trio.move_on_after(timeout_s):
             while d.port is None and d in self.dialers:
                 await d.changed.park()
@@ -234,6 +250,9 @@ class Peering:
         if d.port is not None and d.port in peers:
             p = peers[d.port]
             return {"uri": uri, "status": "connected", "port": p.port, "key": p.key.hex(), "class": p.link.type_name}
+        if not redial:
+            d.scope.cancel()  # not up in time: given up, so nothing dials it later
+            return {"uri": uri, "status": "failed", "attempts": d.attempts, "last_error": d.last_error}
         return {"uri": uri, "status": "dialing", "attempts": d.attempts, "last_error": d.last_error}
 
     def stop_redialling(self, port: int) -> None:

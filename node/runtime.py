@@ -165,12 +165,13 @@ class Node:
         """Closed-loop benchmark traffic to ``dest``; see :meth:`node.load.LoadEndpoint.run`. Raises ValueError."""
         return await self.load.run(dest, payload_bytes, count, inflight, timeout_s)
 
-    async def add_peer(self, uri: str, timeout_s: float = 10.0) -> dict[str, Any]:
-        """Dial ``uri`` (redialled with backoff until dropped); wait up to ``timeout_s`` for it to come up.
+    async def add_peer(self, uri: str, timeout_s: float = 10.0, *, redial: bool = True) -> dict[str, Any]:
+        """Dial ``uri`` (redialled with backoff until dropped; with ``redial`` false, only until it first comes
+        up); wait up to ``timeout_s`` for it to come up.
 
         Raises ConfigError for a bad URI.
         """
-        return await self.peering.add_peer(uri, timeout_s)
+        return await self.peering.add_peer(uri, timeout_s, redial=redial)
 
     def drop_peer(self, port: int, reason: str = "admin_removed") -> PeerConn | None:
         """Close the peering on ``port`` and stop redialling its URI, if it was dialled. None if no such peer."""

@@ -38,6 +38,8 @@ ROWS: list[tuple[Any, dict[str, Any], str, str]] = [
     (PeerRequest, {'uri': 'u', 'timeout_s': -1}, 'timeout_s', 'Input should be greater than or equal to 0'),
     (PeerRequest, {'uri': 'u', 'timeout_s': 121}, 'timeout_s', 'Input should be less than or equal to 120'),
     (PeerRequest, {'uri': 5}, 'uri', 'Input should be a valid string'),
+    (PeerRequest, {'uri': 'u', 'redial': 'no'}, 'redial', 'Input should be a valid boolean'),
+    (PeerRequest, {'uri': 'u', 'redial': 0}, 'redial', 'Input should be a valid boolean'),
     (PeerRequest, {'uri': 'u', 'x': 1}, 'x', 'Extra inputs are not permitted'),
     (AdversaryRequest, {'drop': {'traffic': 'abc'}}, 'drop.traffic', 'Input should be a valid number, unable to parse string as a number'),
     (AdversaryRequest, {'drop': [1]}, 'drop', 'Input should be a valid dictionary'),

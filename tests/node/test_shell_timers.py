@@ -305,6 +305,61 @@ async def test_a_redial_starts_a_connect_in_flight_over(autojump_clock: trio.tes
     assert node.counters.dial_failures == 1  # the refusal; the cancelled attempt is no failure
 
 
+async def test_a_dial_once_peer_is_retried_until_up_and_never_redialled_after(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """POST /peers with ``"redial": false`` (a radio link): refusals are retried at the minimum backoff until the
+    peering comes up; once it ends the dialer is gone (a radio link to a node that died is not dialled into its
+    next life). One that does not come up within its timeout is given up: ``failed``, nothing dials it later."""
+    attempts: list[float] = []
+
+    async def refuse_twice(host: str, port: int, timeout_s: float) -> trio.abc.Stream:
+        attempts.append(trio.current_time())
+        if len(attempts) <= 2:
+            raise OSError(111, "Connection refused")
+        ours, theirs = trio.testing.memory_stream_pair()
+
+        async def peer_for_4_s() -> None:
+            await theirs.send_all(wire.encode_handshake(THEM))
+            await trio.sleep(2)
+            await theirs.send_all(KEEPALIVE_BYTES)
+            await trio.sleep(2)
+            await theirs.aclose()
+
+        nursery.start_soon(peer_for_4_s)
+        return ours
+
+    node = _node(connect=refuse_twice, rng=random.Random(11))
+    node.set_started()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.peering.run, [])
+        got = await node.add_peer("tcp://peer:7000", 5.0, redial=False)
+        assert got["status"] == "connected" and got["key"] == THEM.public_key.hex()
+        up_at = trio.current_time()
+        assert node.peering.dialers and node.peering.dialers[0].once_until == 5.0
+        await trio.sleep(60)  # the peer hangs up at up_at + 4 s: 56 s in which a redialling dialer would dial
+        assert node.peering.dialers == [] and node.peers == {}
+        assert len(attempts) == 3 and attempts[2] == up_at  # two refusals retried at 0.5 s x0.8..1.2 each
+        assert attempts[1] - attempts[0] <= 0.6 and attempts[2] - attempts[1] <= 0.6
+        assert node.counters.disconnects == {"eof": 1}
+
+        attempts.clear()
+        failing = _node(connect=lambda *a: _refused(attempts), rng=random.Random(2))
+        await nursery.start(failing.peering.run, [])
+        t0 = trio.current_time()
+        got = await failing.add_peer("tcp://peer:7000", 2.0, redial=False)
+        assert got["status"] == "failed" and trio.current_time() == pytest.approx(t0 + 2.0)
+        assert "Connection refused" in got["last_error"] and got["attempts"] == len(attempts) >= 4
+        await trio.sleep(30)
+        assert failing.peering.dialers == [] and all(t <= t0 + 2.0 for t in attempts)
+        nursery.cancel_scope.cancel()
+
+
+async def _refused(attempts: list[float]) -> trio.abc.Stream:
+    attempts.append(trio.current_time())
+    raise OSError(111, "Connection refused")
+
+
 # ---------------------------------------------------------------- peer teardown (§3.7)
 
 
