@@ -320,7 +320,8 @@ class PeerConn:
                 self._take_plain(batch)
             else:
                 self._take_shaped(batch, now)
-            if not batch and now - last_write >= t.keepalive_s:
+            if not batch and now >= last_write + t.keepalive_s:  # the wake-up's own sum: a difference can round
+                # below keepalive_s at the instant the deadline fires, and the writer would spin until time moves
                 batch.append(KEEPALIVE_BYTES)
                 self.tx_frames[_KEEPALIVE_SLOT] += 1
                 self.tx_bytes[_KEEPALIVE_SLOT] += len(KEEPALIVE_BYTES)
