@@ -3,20 +3,14 @@
 :class:`MobileInprocChaos` is :class:`~orchestrator.chaos.inproc_backend.InprocChaos` with the topology's movement
 running on the same virtual clock (orchestrator.backends.inproc_mobility.RadioLinks): from the network's start the
 nodes move every ``tick_s`` for the topology's ``movement.duration_s`` and radio links come and go as the radio
-graph says, while the scenario's faults, traffic and checks run. How faults and radio links meet:
-
-* a radio link is made only while both ends are live (a dead or paused node takes no new peering); a node that
-  comes back (restart, resume) gets the radio links in range then (RadioLinks.reconcile);
-* a radio link with a paused end that goes out of range is cut with the paused node frozen: it learns of it on
-  resume, as of a peer that timed it out;
-* ``partition`` cuts the radio links between the groups too, and keeps the groups apart however the nodes move
-  until ``heal`` (a jammer between them); ``link_down`` of a pair cuts its radio links and keeps them cut until
-  ``link_up`` (a pair joined by radio only is not given a fixed link by it);
-* ``link_change`` changes fixed links only.
+graph says, while the scenario's faults, traffic and checks run. How faults and radio links meet is
+orchestrator.chaos.radio_faults' (both backends); here, a radio link with a paused end that goes out of range is
+cut with the paused node frozen: it learns of it on resume, as of a peer that timed it out.
 
 The ``mobility`` step and ``moved_since`` (which components' links changed because nodes moved, so that the checker
-judges only the ones that had time to re-converge: orchestrator.chaos.moving) are orchestrator.chaos.mobility_steps'. Background pings are told apart by whether their pair was connected in the live graph
-when they were sent (``mobility.delivery`` in the report).
+judges only the ones that had time to re-converge: orchestrator.chaos.moving) are orchestrator.chaos.mobility_steps'.
+Background pings are told apart by whether their pair was connected in the live graph when they were sent
+(``mobility.delivery`` in the report).
 """
 
 from __future__ import annotations
@@ -32,13 +26,14 @@ from contract.links import LinkClass
 from orchestrator.backends.inproc_mobility import MobilityLog, RadioLinks
 from orchestrator.chaos.inproc_backend import InprocChaos
 from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
+from orchestrator.chaos.radio_faults import RadioFaults
 from orchestrator.model.mobility_spec import World
 from orchestrator.model.topology import Topology
 
 __all__ = ["MobileInprocChaos"]
 
 
-class MobileInprocChaos(MovementSteps, InprocChaos):
+class MobileInprocChaos(RadioFaults, MovementSteps, InprocChaos):
     """InprocChaos whose topology's nodes move (``world``; ``radio_classes``: each radio's link class)."""
 
     moves = True
@@ -47,13 +42,12 @@ class MobileInprocChaos(MovementSteps, InprocChaos):
                  **kw: Any) -> None:  # fmt: skip
         super().__init__(topology, **kw)
         self.init_movement(topology, world)
-        self.sides: dict[str, int] | None = None  # a partition's groups: radio links between them are kept cut
-        self.apart: set[frozenset[str]] = set()  # pairs a link_down keeps apart
+        self.init_radio_faults()
         log = None
         if self.recorder is not None:
             self.recorder.meta["mobility"] = mobility_meta(world)
             log = MobilityLog(Path(self.recorder.root), self.recorder.run_id, self.recorder.wall_offset_s)
-        self.radio = RadioLinks(self.net, world, radio_classes, log, available=self._live, blocked=self._blocked,
+        self.radio = RadioLinks(self.net, world, radio_classes, log, available=self._live, blocked=self.blocked,
                                 cut=self._cut_radio)  # fmt: skip
         self._sent_connected: dict[tuple[str, str, str, float], bool] = {}
         #: keys the engine adds to the run's document (``mobility``, filled in when the run stops)
@@ -79,10 +73,11 @@ class MobileInprocChaos(MovementSteps, InprocChaos):
 
     # ------------------------------------------------------------------ radio links and faults
 
-    def _blocked(self, a: str, b: str) -> bool:
-        sides = self.sides
-        split = sides is not None and a in sides and b in sides and sides[a] != sides[b]
-        return split or frozenset((a, b)) in self.apart
+    def planted_fault(self) -> str | None:
+        return self.planted_bug
+
+    def has_fixed_link(self, a: str, b: str) -> bool:
+        return bool(self._specs_between(a, b))
 
     def _cut_radio(self, lid: int, reason: str) -> None:
         """Cut a radio peering; a paused end is frozen: it learns of it on resume."""
@@ -91,52 +86,6 @@ class MobileInprocChaos(MovementSteps, InprocChaos):
         port = self.net.disconnect(lid, reason, frozen=frozen)
         if frozen is not None and port is not None:
             self.paused[frozen].append((port, self.net.now))
-
-    async def restart(self, name: str) -> None:
-        await super().restart(name)
-        self.radio.reconcile()
-
-    async def resume(self, name: str) -> None:
-        await super().resume(name)
-        self.radio.reconcile()
-
-    async def add_node(self, name: str, peers: tuple[str, ...], link_class: str, adversary: bool,
-                       variant: Any = None) -> None:  # fmt: skip
-        await super().add_node(name, peers, link_class, adversary, variant)
-        self.radio.reconcile()
-
-    async def partition(self, groups: list[set[str]]) -> list[tuple[str, str]]:
-        out = await super().partition(groups)
-        if self.planted_bug != "ignore_partition":
-            self.sides = {n: gi for gi, g in enumerate(groups) for n in g}
-        _, cut = self.radio.reconcile("partition")
-        return _pairs(out, cut)
-
-    async def heal(self) -> list[tuple[str, str]]:
-        out = await super().heal()
-        self.sides = None
-        made, _ = self.radio.reconcile()
-        return _pairs(out, made)
-
-    def _in_range(self, a: str, b: str) -> bool:
-        return any({x, y} == {a, b} for x, y, _ in self.radio.graph.links or ())
-
-    async def link_down(self, a: str, b: str) -> bool:
-        fixed = await super().link_down(a, b)
-        if not self._in_range(a, b):
-            return fixed
-        self.apart.add(frozenset((a, b)))
-        self.radio.reconcile()
-        return True
-
-    async def link_up(self, a: str, b: str, link_class: str | None = None) -> bool:
-        pair = frozenset((a, b))
-        if pair in self.apart:
-            self.apart.discard(pair)
-            self.radio.reconcile()
-            if not self._specs_between(a, b):
-                return True  # joined by radio only: no fixed link to make
-        return await super().link_up(a, b, link_class)
 
     def _start_ping(self, a: str, b: str, mode: str, now: float, timeout_s: float, background: bool = False) -> bool:
         ok = super()._start_ping(a, b, mode, now, timeout_s, background)
@@ -158,14 +107,3 @@ class MobileInprocChaos(MovementSteps, InprocChaos):
         """The run document's ``mobility`` key."""
         return {**self.radio.report(), "moved_s": round(self.radio.moved_s(), 3),
                 "components": nx.number_connected_components(self.live_graph()), "delivery": self.delivery()}
-
-
-def _pairs(fixed: list[tuple[str, str]], radio: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
-    """The fixed links' pairs, then the radio links' pairs not among them."""
-    seen = {frozenset(p) for p in fixed}
-    out = list(fixed)
-    for a, b, _ in radio:
-        if frozenset((a, b)) not in seen:
-            seen.add(frozenset((a, b)))
-            out.append((a, b))
-    return out
