@@ -7,9 +7,14 @@ that segment (``--inbound tcp://SUBNET?class=..``). No peering exists on it unti
 
 * a radio link **up** is ``POST /peers`` on its dialer (the smaller name, as for a fixed link) to the listener's
   address on the segment, the URI carrying the radio's class and its whole shape (applied by the nodes' transport:
-  the kernel cannot shape one pair on a shared segment);
+  the kernel cannot shape one pair on a shared segment), dialled once (``"redial": false``): a peering that ends
+  (its peer died, or timed it out while paused) is not dialled again, so a radio link is never redialled into a
+  node's next life; only the radio graph makes it again;
 * a radio link **down** is ``DELETE /peers/PORT`` of that peering on the dialer: it closes at once (the listener
-  sees EOF) and is not redialled;
+  sees EOF). A dead dialer took it with it; a paused one has it closed by the listener (its end, found in its
+  /state), and one with both ends paused is held until either resumes. A resumed node's radio peerings are closed
+  and made again (:meth:`DockerRadioLinks.renew`): its peers may have timed it out, or not, by a race of
+  deadlines; made again, they are the same every time;
 * a radio with **loss over distance** reshapes a link when its distance loss, in whole percent, changes (and once
   after the up when it is not 0): ``POST /peers/shape`` with ``"port"`` (that peering alone, not the pair's other
   peerings) on both ends, the whole shape named (:func:`~orchestrator.backends.radio_links.radio_shape`: the class's
@@ -82,6 +87,7 @@ class _Peering:
     key: str | None = None
     listener_port: int | None = None
     dialer_key: str | None = None
+    failed: bool = False  # its up was not made (an end down, or an error): its reshapes are skipped
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class _Op:
     peering: _Peering
     scheduled: float
     loss_pct: int = 0
+    lid: int = 0
 
 
 def _host(remote: object) -> str:
@@ -107,8 +114,14 @@ class DockerRadioLinks(MovingRadios):
     def __init__(self, world: World, classes: Mapping[str, LinkClass], log: MobilityLog | None, *,
                  topology: Topology, plan: AddressPlan, admin: AdminClient,
                  available: Callable[[str], bool] | None = None,
-                 blocked: Callable[[str, str], bool] | None = None) -> None:  # fmt: skip
+                 blocked: Callable[[str, str], bool] | None = None,
+                 reachable: Callable[[str], bool] | None = None,
+                 gone: Callable[[str], bool] | None = None) -> None:  # fmt: skip
+        """``reachable(node)``: its admin API answers (running, not paused; default: always); ``gone(node)``: it is
+        dead or removed (default: never)."""
         super().__init__(world, classes, log, available=available, blocked=blocked)
+        self.reachable = reachable or (lambda name: True)
+        self.gone = gone or (lambda name: False)
         self.plan, self.admin = plan, admin
         self.queries = {name: radio_query(topology, name) for name in plan.radios}
         self.peerings_made: dict[int, _Peering] = {}
@@ -124,6 +137,10 @@ class DockerRadioLinks(MovingRadios):
         self.reshapes_asked = 0
         self.reshape_delays: list[float] = []  # of the reshapes done (both ends answered)
         self.reshape_failures: list[str] = []
+        self.reshapes_skipped = 0  # an end paused or dead when its turn came
+        self.skipped: list[str] = []  # ups not asked: an end dead or paused when their turn came
+        self.already_closed = 0  # downs of a peering that had ended (its node died, a peer timed it out)
+        self._held: list[_Op] = []  # downs with both ends paused: carried out when either resumes
 
     # ------------------------------------------------------------------ MovingRadios on Docker
 
@@ -141,7 +158,7 @@ class DockerRadioLinks(MovingRadios):
         p = _Peering(min(a, b), listener, f"tcp://{seg.members[listener]}:{NODE_PEER_PORT}?{self.queries[name]}",
                      name)  # fmt: skip
         self.peerings_made[lid] = p
-        self._ops.append(_Op("up", p, self._when()))
+        self._ops.append(_Op("up", p, self._when(), lid=lid))
         if loss_pct:  # the URI carries the class's shape: the distance's loss follows once it is up
             self._shape_later(p, loss_pct)
         return lid
@@ -152,7 +169,25 @@ class DockerRadioLinks(MovingRadios):
     def disconnect(self, lid: int, reason: str) -> None:
         p = self.peerings_made.pop(lid, None)
         if p is not None:
-            self._ops.append(_Op("down", p, self._when()))
+            self._ops.append(_Op("down", p, self._when(), lid=lid))
+
+    def renew(self, name: str) -> int:
+        """Close and make again every radio peering of ``name`` made now (it resumed: see the module's doc), and
+        carry out the downs held for it. Returns how many were renewed."""
+        when = self._when()
+        self._ops.extend(self._held)
+        self._held = []
+        links = {lid: link for link, lid in self.peerings.items() if lid is not None}
+        n = 0
+        for lid, p in list(self.peerings_made.items()):
+            if name in (p.dialer, p.listener):
+                fresh = _Peering(p.dialer, p.listener, p.uri, p.radio)
+                self.peerings_made[lid] = fresh
+                self._ops += [_Op("down", p, when, lid=lid), _Op("up", fresh, when, lid=lid)]
+                if self._loss.get(links.get(lid), 0):  # type: ignore[arg-type]
+                    self._shape_later(fresh, self._loss[links[lid]])
+                n += 1
+        return n
 
     def reshape(self, lid: int, radio: Radio, loss_pct: int) -> None:
         p = self.peerings_made.get(lid)
@@ -201,6 +236,10 @@ class DockerRadioLinks(MovingRadios):
             for op in changes:
                 async with limiter:
                     ok = await trio.to_thread.run_sync(self._do, op)
+                if not ok and op.kind == "up":
+                    op.peering.failed = True
+                    if self.peerings_made.get(op.lid) is op.peering:
+                        del self.peerings_made[op.lid]  # not made: the next fault's reconcile makes it if wanted
                 if ok:
                     (self.reshape_delays if op.kind == "shape" else self.delays[op.kind]).append(
                         self.now() - op.scheduled)
@@ -215,9 +254,14 @@ class DockerRadioLinks(MovingRadios):
         return self._up(op.peering) if op.kind == "up" else self._down(op.peering)
 
     def _up(self, p: _Peering) -> bool:
-        """``POST /peers`` on the dialer; True once the peering is up."""
+        """``POST /peers`` on the dialer, dialled once; True once the peering is up. Not asked when an end is
+        dead or paused now (``skipped``: made when it is back)."""
+        down = [n for n in (p.dialer, p.listener) if not self.reachable(n)]
+        if down:
+            self.skipped.append(f"up {p.dialer}->{p.listener}: {', '.join(down)} down or paused")
+            return False
         try:
-            got = self.admin.post(p.dialer, "/peers", {"uri": p.uri, "timeout_s": UP_TIMEOUT_S})
+            got = self.admin.post(p.dialer, "/peers", {"uri": p.uri, "timeout_s": UP_TIMEOUT_S, "redial": False})
         except AdminError as exc:
             self.failures.append(f"up {p.dialer}->{p.listener}: {exc}")
             return False
@@ -229,16 +273,30 @@ class DockerRadioLinks(MovingRadios):
         return True
 
     def _down(self, p: _Peering) -> bool:
-        """``DELETE /peers/PORT`` of the peering on the dialer (its port looked up again if it reconnected);
-        True once it is closed."""
+        """Close the peering: ``DELETE /peers/PORT`` on the dialer (its port looked up by URI if not known), on
+        the listener when the dialer is paused; nothing when the dialer is dead (it took the peering with it) or
+        the peering had ended (``already_closed``); held when both ends are paused. True once it is closed."""
         try:
-            port = p.port
-            if port is None or self.admin.delete(p.dialer, f"/peers/{port}") is None:
-                port = next((int(x["port"]) for x in self.admin.state(p.dialer).get("peers", [])
-                             if x.get("remote") == p.uri), None)
+            if self.gone(p.dialer):
+                self.already_closed += 1
+                return True
+            if self.reachable(p.dialer):
+                port = p.port
                 if port is None or self.admin.delete(p.dialer, f"/peers/{port}") is None:
-                    self.failures.append(f"down {p.dialer}->{p.listener}: no peering to close")
-                    return False
+                    port = next((int(x["port"]) for x in self.admin.state(p.dialer).get("peers", [])
+                                 if x.get("remote") == p.uri), None)
+                    if port is None or self.admin.delete(p.dialer, f"/peers/{port}") is None:
+                        self.already_closed += 1  # dialled once: a peering that ended is gone
+                return True
+            if self.gone(p.listener):
+                self.already_closed += 1  # the paused dialer reads EOF when it resumes
+                return True
+            if not self.reachable(p.listener):
+                self._held.append(_Op("down", p, self.now()))
+                return False
+            port, _ = self._listener_port(p, wait=False)
+            if port is None or self.admin.delete(p.listener, f"/peers/{port}") is None:
+                self.already_closed += 1
         except AdminError as exc:
             self.failures.append(f"down {p.dialer}->{p.listener}: {exc}")
             return False
@@ -250,6 +308,9 @@ class DockerRadioLinks(MovingRadios):
         once both answered. A port no longer this peering's (it reconnected) is looked up again, once."""
         shaping = radio_shape(self.classes[p.radio], loss_pct).model_dump()
         what = f"reshape {p.dialer}->{p.listener} ({p.radio}, +{loss_pct} %)"
+        if p.failed or not (self.reachable(p.dialer) and self.reachable(p.listener)):
+            self.reshapes_skipped += 1  # a paused or dead end: renewed (with its distance's loss) when back
+            return False
         if p.port is None:
             self.reshape_failures.append(f"{what}: the peering is not up")
             return False
@@ -285,11 +346,11 @@ class DockerRadioLinks(MovingRadios):
             p.port, p.key = int(x["port"]), str(x["key"])
         return (p.port, p.key) if x is not None else (None, None)
 
-    def _listener_port(self, p: _Peering) -> tuple[int | None, str | None]:
+    def _listener_port(self, p: _Peering, wait: bool = True) -> tuple[int | None, str | None]:
         """The listener's port and peer key for ``p``, from its /state: the peering from the dialer's address on
         the radio's segment (waiting up to LISTENER_WAIT_S for it: the dialer's answer may come first)."""
         dialer_ip = self.plan.radios[p.radio].members[p.dialer]
-        deadline = self.now() + LISTENER_WAIT_S
+        deadline = self.now() + (LISTENER_WAIT_S if wait else 0.0)
         while True:
             peers = self.admin.state(p.listener).get("peers", [])
             x = next((x for x in peers if _host(x.get("remote")) == dialer_ip), None)
@@ -340,6 +401,9 @@ class DockerRadioLinks(MovingRadios):
             "tick_late_p99": ms(self.late_s, 99),
             "mean_ms": None if not both else round(statistics.fmean(both) * 1000, 1)},
             "failed_changes": len(self.failures), "failures": self.failures[:10],
+            "skipped_changes": len(self.skipped), "skipped": self.skipped[:10], "already_closed": self.already_closed,
+            "held": len(self._held),
             "reshapes": {"asked": self.reshapes_asked, "done": len(self.reshape_delays),
                          "failed": len(self.reshape_failures), "failures": self.reshape_failures[:10],
+                         "skipped": self.reshapes_skipped,
                          "p50_ms": ms(self.reshape_delays, 50), "p99_ms": ms(self.reshape_delays, 99)}}

@@ -44,6 +44,8 @@ PEER_TIMEOUT_S = 5.0
 #: The per-hop cost of tearing down and rebuilding the tree: one reparent hold plus a link's delay and
 #: processing; generous for the slowest default class (bluetooth, 30 +/- 5 ms one way).
 HOP_SLACK_S = 0.25
+#: pings in flight at once (threads and connections of their own: each can wait out its whole timeout)
+PING_WORKERS = 64
 
 
 class AdminError(Exception):
@@ -53,17 +55,25 @@ class AdminError(Exception):
 class AdminClient:
     """Calls the admin API of many nodes: ``endpoints`` maps node name -> ``HOST:PORT``."""
 
-    def __init__(self, endpoints: Mapping[str, str], *, timeout_s: float = 3.0, workers: int = 16) -> None:
+    def __init__(self, endpoints: Mapping[str, str], *, timeout_s: float = 3.0, workers: int = 16,
+                 ping_workers: int = PING_WORKERS) -> None:  # fmt: skip
         self.endpoints = dict(endpoints)
         self.timeout_s = timeout_s
         limits = httpx.Limits(max_connections=max(32, workers * 2), max_keepalive_connections=max(32, workers * 2))
         self._http = httpx.Client(timeout=timeout_s, limits=limits, trust_env=False)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="snekbed-admin")
+        # pings wait out their timeout (12 s for one from a paused node): their own connections and threads, so
+        # a run's traffic never starves the calls that read and change the nodes (states, peers, shapes)
+        self._ping_http = httpx.Client(timeout=timeout_s, trust_env=False, limits=httpx.Limits(
+            max_connections=ping_workers, max_keepalive_connections=min(ping_workers, 32)))
+        self._ping_pool = ThreadPoolExecutor(max_workers=ping_workers, thread_name_prefix="snekbed-ping")
         self.errors: dict[str, str] = {}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._ping_pool.shutdown(wait=False, cancel_futures=True)
         self._http.close()
+        self._ping_http.close()
 
     def __enter__(self) -> AdminClient:
         return self
@@ -138,7 +148,7 @@ class AdminClient:
         """``POST /ping`` on ``node`` towards ``key_hex``; returns {sent, received, rtt_ms, hops}. Raises AdminError."""
         body = {"key": key_hex, "mode": mode, "count": count, "timeout_s": timeout_s}
         try:
-            resp = self._http.post(self._url(node, "/ping"), json=body, timeout=count * (timeout_s + 2) + 5)
+            resp = self._ping_http.post(self._url(node, "/ping"), json=body, timeout=count * (timeout_s + 2) + 5)
         except httpx.HTTPError as exc:
             raise AdminError(f"{node}: POST /ping failed: {exc}") from exc
         if resp.status_code != 200:
@@ -156,7 +166,7 @@ class AdminClient:
             except AdminError as exc:
                 return sent, exc
 
-        return list(self._pool.map(one, jobs))
+        return list(self._ping_pool.map(one, jobs))
 
 
 def views_from_states(states: Mapping[str, Mapping[str, Any] | None]) -> dict[str, NodeView]:

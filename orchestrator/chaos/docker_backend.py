@@ -52,7 +52,8 @@ from node.core.variants import VariantSpec
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker_net import ENDPOINT_CHANGES, AddressPlan
-from orchestrator.backends.docker_observe import AdminClient, AdminError, reconvergence_bound_s, wait_converged
+from orchestrator.backends.docker_observe import (
+    PING_WORKERS, AdminClient, AdminError, reconvergence_bound_s, wait_converged)
 from orchestrator.backends.docker_plan import implementation_of
 from orchestrator.backends.docker_session import DockerSession, choose_shaping, roll_back, start_run
 from orchestrator.tools.monitoring import RunMetrics, RunMonitoring, monitor_docker_run
@@ -146,13 +147,12 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         self.net_ids: dict[str, str] = {}
         self.down_links: set[int] = set()  # link indexes disconnected (link_down, partition, not yet joined)
         self.cut_links: set[int] = set()  # the partition's share of down_links
-        self.paused: set[str] = set()
-        self.stopped: set[str] = set()
-        self.removed: set[str] = set()
+        self.paused, self.stopped, self.removed = set[str](), set[str](), set[str]()
         self.samples: list[TrafficSample] = []
         self._traffic: _Traffic | None = None
         self._nursery: trio.Nursery | None = None
         self._admin: AdminClient | None = None
+        self._ping_threads = trio.CapacityLimiter(PING_WORKERS)
         self.prometheus_image = prometheus_image  # --monitoring: Prometheus for the run, scraping ``metrics`` too
         self.metrics = metrics
         self.monitoring: RunMonitoring | None = None
@@ -388,7 +388,7 @@ class DockerChaos(DockerAttacks, ChaosBackend):
         assert self._admin is not None and self.session is not None
         keyed = [(a, self.session.keys[b], m) for a, b, m in jobs]
         res = await trio.to_thread.run_sync(
-            lambda: self._admin.ping_many(keyed, count=1, timeout_s=timeout_s))  # fmt: skip
+            lambda: self._admin.ping_many(keyed, count=1, timeout_s=timeout_s), limiter=self._ping_threads)
         return [(sent, r if isinstance(r, dict) else None) for sent, r in res]
 
     def _record(self, a: str, b: str, mode: str, sent: float, res: dict | None) -> bool:

@@ -3,9 +3,9 @@
 :class:`MobileDockerChaos` is :class:`~orchestrator.chaos.docker_backend.DockerChaos` with the topology's movement
 running on the wall clock from the moment the run is up (orchestrator.backends.docker_mobility.DockerRadioLinks:
 radio peerings made and closed through the nodes' admin APIs as the radio graph says), the ``mobility`` step and
-what the checker reads while nodes move (orchestrator.chaos.mobility_steps). Its live graph is the fixed links' and
-the radio links made. A scenario on it has no fault steps yet (the engine refuses them: see
-:data:`MOVING_DOCKER_STEPS`): faults and radio peerings do not meet on Docker.
+what the checker reads while nodes move (orchestrator.chaos.mobility_steps), and faults meeting radio links as in
+process (orchestrator.chaos.radio_faults; a resumed node's radio peerings are made again:
+DockerRadioLinks.renew). Its live graph is the fixed links' and the radio links made.
 """
 
 from __future__ import annotations
@@ -24,23 +24,22 @@ from orchestrator.backends.docker_mobility import DockerRadioLinks
 from orchestrator.backends.radio_links import MobilityLog
 from orchestrator.chaos.docker_backend import DockerChaos
 from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
+from orchestrator.chaos.radio_faults import RadioFaults
 from orchestrator.model.mobility_spec import World
 from orchestrator.model.runs import RunDir
 from orchestrator.model.topology import Topology
 
-__all__ = ["MOVING_DOCKER_STEPS", "MobileDockerChaos"]
-
-#: the steps a scenario with radios may have on Docker (no faults yet)
-MOVING_DOCKER_STEPS = ("wait", "check", "traffic", "note", "mobility")
+__all__ = ["MobileDockerChaos"]
 
 
-class MobileDockerChaos(MovementSteps, DockerChaos):
+class MobileDockerChaos(RadioFaults, MovementSteps, DockerChaos):
     """DockerChaos whose topology's nodes move (``world``; ``radio_classes``: each radio's link class)."""
 
     def __init__(self, topology: Topology, run: RunDir, *, world: World, radio_classes: Mapping[str, LinkClass],
                  **kw: Any) -> None:  # fmt: skip
         super().__init__(topology, run, **kw)
         self.init_movement(topology, world)
+        self.init_radio_faults()
         self.radio_classes = dict(radio_classes)
         self.radio: DockerRadioLinks | None = None  # type: ignore[assignment]  # made once the run is up
         self._moving: trio.CancelScope | None = None
@@ -51,12 +50,25 @@ class MobileDockerChaos(MovementSteps, DockerChaos):
         log = MobilityLog(Path(self.run.path), self.run.run_id, time.time() - time.monotonic())
         self.run.update_meta(mobility=mobility_meta(self.world))
         self.radio = DockerRadioLinks(self.world, self.radio_classes, log, topology=self.topology, plan=self.plan,
-                                      admin=self._admin, available=lambda n: n in self._live())  # fmt: skip
+                                      admin=self._admin, available=lambda n: n in self._live(),
+                                      blocked=self.blocked, reachable=lambda n: n in self._live(),
+                                      gone=lambda n: n in self.stopped or n in self.removed)  # fmt: skip
         self.radio.start()
         self._moving = trio.CancelScope()
         nursery.start_soon(self._move, self._moving)
         while self.radio.busy:  # the links in range at the start made before the scenario's first step
             await trio.sleep(0.05)
+
+    def planted_fault(self) -> str | None:
+        return self.planted
+
+    def has_fixed_link(self, a: str, b: str) -> bool:
+        return bool(self._links_between(a, b))
+
+    def _radio_back(self, name: str) -> None:
+        if self.radio is not None:
+            self.radio.renew(name)
+        super()._radio_back(name)
 
     async def _move(self, scope: trio.CancelScope) -> None:
         assert self.radio is not None

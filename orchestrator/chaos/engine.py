@@ -372,15 +372,7 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
 
 def _docker_world(sc: Scenario, topology: Topology, full: Topology, o: ChaosOptions) -> Any:
     """The movement of a Docker run of ``full`` (a topology with radios; its traces read where ``topology``'s file
-    is), or ChaosSetupError for what Docker cannot move yet: faults (MOVING_DOCKER_STEPS), host nodes and Pinecone
-    reference nodes on a radio."""
-    from orchestrator.chaos.docker_mobile import MOVING_DOCKER_STEPS
-
-    bad = [f"steps[{i}] ({st.action})" for i, st in enumerate(sc.steps) if st.action not in MOVING_DOCKER_STEPS]
-    if bad:
-        raise ChaosSetupError(f"scenario {sc.name}: on Docker, nodes that move take no fault yet: {', '.join(bad[:5])} "
-                              f"(steps there: {', '.join(MOVING_DOCKER_STEPS)}; faults with radios run in process: "
-                              "--backend inproc)")
+    is), or ChaosSetupError for what Docker cannot move: host nodes and Pinecone reference nodes on a radio."""
     on_radio = {n for members in radio_carriers(full).values() for n in members}
     odd = sorted(n.name for n in full.nodes if n.name in on_radio and (n.host or n.variant_spec().implementation
                                                                         == "reference"))

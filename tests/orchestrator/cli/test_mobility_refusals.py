@@ -1,6 +1,6 @@
-"""A topology whose nodes move runs in process, and on Docker under chaos without faults, for now: the commands that
-would run it with its fixed links alone (up on Docker or swarm, a compose file, chaos on swarm) refuse it, and
-chaos on Docker refuses faults with it, exit 2, naming why and what does run it (docs/mobility.md)."""
+"""A topology whose nodes move runs in process, and on Docker under chaos (faults too): the commands that would run
+it with its fixed links alone (up on Docker or swarm, a compose file, chaos on swarm) refuse it, and chaos on
+Docker refuses a Pinecone reference node on a radio, exit 2, naming why and what does run it (docs/mobility.md)."""
 
 from __future__ import annotations
 
@@ -45,16 +45,17 @@ def test_commands_that_cannot_move_nodes_refuse_them(tmp_path: Path, args: list[
     assert not (tmp_path / "runs").exists() and not (tmp_path / "walk.yml").exists()
 
 
-def test_chaos_on_docker_refuses_faults_with_them(tmp_path: Path) -> None:
-    """Refused before any engine is asked (nothing is started, no run directory is made)."""
+def test_chaos_on_docker_refuses_a_reference_node_on_a_radio(tmp_path: Path) -> None:
+    """Refused before any engine is asked (nothing is started, no run directory is made): its peerings could not
+    be made through snekbed's admin API. Faults with radios are taken (test_chaos_mobility_docker)."""
     need_module("docker", "the Docker SDK (the docker extra) for the Docker chaos backend")
     path = tmp_path / "walk.yaml"
-    path.write_text(WALK)
+    path.write_text(WALK.replace("{name: a, position: [0, 0]}", "{name: a, position: [0, 0], variant: pinecone}"))
     result = CliRunner().invoke(main, ["chaos", "churn", "--backend", "docker", "--topology", str(path),
                                        "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == BAD_INPUT, result.output
-    assert "on Docker, nodes that move take no fault yet: steps[1] (churn)" in result.output
-    assert "--backend inproc" in result.output and not (tmp_path / "runs").exists()
+    assert "a: a host node or a Pinecone reference node cannot be on a radio on Docker" in result.output
+    assert not (tmp_path / "runs").exists()
 
 
 def test_up_in_process_moves_them(tmp_path: Path) -> None:
