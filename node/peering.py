@@ -104,6 +104,7 @@ class Dialer:
     #: dial once (a radio link, POST /peers ``"redial": false``): dialled until this instant (trio's clock) or
     #: until it first comes up, and never again once that peering ends; None: redialled until dropped
     once_until: float | None = None
+    came_up: bool = False  # a peering of it was attached (the handshake done), even if it has ended since
 
 
 class Peering:
@@ -158,6 +159,8 @@ class Peering:
         try:
             with d.scope:
                 while not host.stopping:
+                    if d.once_until is not None and d.attempts and trio.current_time() >= d.once_until:
+                        return  # dial once: not up in time (add_peer gives it up too)
                     d.attempts += 1
                     stream = None
                     with trio.CancelScope() as d.attempt:  # cancelled by redial_now: dialled over at once
@@ -174,7 +177,7 @@ class Peering:
                         if trio.current_time() - started >= STABLE_S:
                             backoff = t.backoff_min_s
                     if d.once_until is not None:
-                        if stream is not None or trio.current_time() >= d.once_until:
+                        if d.came_up or trio.current_time() >= d.once_until:
                             return  # dial once: that peering ended (or it never came up in time)
                         backoff = t.backoff_min_s
                     d.changed.unpark_all()
@@ -317,7 +320,7 @@ class Peering:
             return "ports_full"
         port = peer.port
         if d is not None:
-            d.port = port
+            d.port, d.came_up = port, True
             d.changed.unpark_all()
         log.info("peer up: port %d key %s class %s via %s", port, key.hex()[:16], link.link_class, remote)
         try:

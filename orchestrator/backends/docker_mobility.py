@@ -36,6 +36,7 @@ import heapq
 import itertools
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ UP_TIMEOUT_S = 3.0
 CONCURRENCY = 16
 #: how long a reshape looks for the listener's end of a peering just made (its /state lists it once it attached)
 LISTENER_WAIT_S = 2.0
+#: how soon ups that failed with both ends up are asked again (a reconcile: only those still wanted)
+RETRY_S = 1.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -140,7 +143,9 @@ class DockerRadioLinks(MovingRadios):
         self.reshapes_skipped = 0  # an end paused or dead when its turn came
         self.skipped: list[str] = []  # ups not asked: an end dead or paused when their turn came
         self.already_closed = 0  # downs of a peering that had ended (its node died, a peer timed it out)
-        self._held: list[_Op] = []  # downs with both ends paused: carried out when either resumes
+        self._held: list[_Op] = []  # downs with both ends paused: carried out when either resumes (or dies)
+        self._lock = threading.Lock()  # _held and the counters: ops run in threads
+        self._retry_at: float | None = None  # when ups that failed with both ends up are asked again
 
     # ------------------------------------------------------------------ MovingRadios on Docker
 
@@ -171,12 +176,21 @@ class DockerRadioLinks(MovingRadios):
         if p is not None:
             self._ops.append(_Op("down", p, self._when(), lid=lid))
 
+    def reconcile(self, reason: str = "link_down") -> tuple[list[RadioLink], list[RadioLink]]:
+        """MovingRadios.reconcile, after the downs held for paused ends are carried out again (an end may have
+        died or resumed since)."""
+        with self._lock:
+            held, self._held = self._held, []
+        self._ops.extend(held)
+        return super().reconcile(reason)
+
     def renew(self, name: str) -> int:
         """Close and make again every radio peering of ``name`` made now (it resumed: see the module's doc), and
         carry out the downs held for it. Returns how many were renewed."""
         when = self._when()
-        self._ops.extend(self._held)
-        self._held = []
+        with self._lock:
+            held, self._held = self._held, []
+        self._ops.extend(held)
         links = {lid: link for link, lid in self.peerings.items() if lid is not None}
         n = 0
         for lid, p in list(self.peerings_made.items()):
@@ -216,6 +230,9 @@ class DockerRadioLinks(MovingRadios):
                     fn(t)
                 finally:
                     self._scheduled = None
+            if self._retry_at is not None and self.now() >= self._retry_at:
+                self._retry_at = None
+                self.reconcile("retry")
             if self._ops:
                 ops, self._ops = self._ops, []
                 self._in_flight = len(ops)
@@ -239,7 +256,10 @@ class DockerRadioLinks(MovingRadios):
                 if not ok and op.kind == "up":
                     op.peering.failed = True
                     if self.peerings_made.get(op.lid) is op.peering:
-                        del self.peerings_made[op.lid]  # not made: the next fault's reconcile makes it if wanted
+                        del self.peerings_made[op.lid]  # not made: a reconcile makes it again while wanted
+                    p = op.peering
+                    if self._retry_at is None and self.reachable(p.dialer) and self.reachable(p.listener):
+                        self._retry_at = self.now() + RETRY_S  # an error, not an end down: asked again soon
                 if ok:
                     (self.reshape_delays if op.kind == "shape" else self.delays[op.kind]).append(
                         self.now() - op.scheduled)
@@ -261,7 +281,8 @@ class DockerRadioLinks(MovingRadios):
             self.skipped.append(f"up {p.dialer}->{p.listener}: {', '.join(down)} down or paused")
             return False
         try:
-            got = self.admin.post(p.dialer, "/peers", {"uri": p.uri, "timeout_s": UP_TIMEOUT_S, "redial": False})
+            got = self.admin.post(p.dialer, "/peers", {"uri": p.uri, "timeout_s": UP_TIMEOUT_S, "redial": False},
+                                  timeout_s=UP_TIMEOUT_S + 2)  # the node's answer at UP_TIMEOUT_S is awaited
         except AdminError as exc:
             self.failures.append(f"up {p.dialer}->{p.listener}: {exc}")
             return False
@@ -273,30 +294,31 @@ class DockerRadioLinks(MovingRadios):
         return True
 
     def _down(self, p: _Peering) -> bool:
-        """Close the peering: ``DELETE /peers/PORT`` on the dialer (its port looked up by URI if not known), on
-        the listener when the dialer is paused; nothing when the dialer is dead (it took the peering with it) or
-        the peering had ended (``already_closed``); held when both ends are paused. True once it is closed."""
+        """Close the peering: ``DELETE /peers/PORT`` on the dialer, on the listener when the dialer is paused;
+        nothing when the dialer is dead (it took the peering with it) or the peering had ended
+        (``already_closed``); held when both ends are paused. The port is always read from that end's /state (the
+        dialer's peering that dialled ``p.uri``; the listener's from the dialer's address on the segment), never
+        the one the up answered: once that peering ended its port goes to the next peering (another pair's, or a
+        restarted node's fixed link), which a DELETE would close for good. True once it is closed."""
         try:
             if self.gone(p.dialer):
-                self.already_closed += 1
+                self._count("already_closed")
                 return True
             if self.reachable(p.dialer):
-                port = p.port
+                port, _ = self._dialer_port(p)
                 if port is None or self.admin.delete(p.dialer, f"/peers/{port}") is None:
-                    port = next((int(x["port"]) for x in self.admin.state(p.dialer).get("peers", [])
-                                 if x.get("remote") == p.uri), None)
-                    if port is None or self.admin.delete(p.dialer, f"/peers/{port}") is None:
-                        self.already_closed += 1  # dialled once: a peering that ended is gone
+                    self._count("already_closed")  # dialled once: a peering that ended is gone
                 return True
             if self.gone(p.listener):
-                self.already_closed += 1  # the paused dialer reads EOF when it resumes
+                self._count("already_closed")  # the paused dialer reads EOF when it resumes
                 return True
             if not self.reachable(p.listener):
-                self._held.append(_Op("down", p, self.now()))
+                with self._lock:
+                    self._held.append(_Op("down", p, self.now()))
                 return False
             port, _ = self._listener_port(p, wait=False)
             if port is None or self.admin.delete(p.listener, f"/peers/{port}") is None:
-                self.already_closed += 1
+                self._count("already_closed")
         except AdminError as exc:
             self.failures.append(f"down {p.dialer}->{p.listener}: {exc}")
             return False
@@ -309,7 +331,7 @@ class DockerRadioLinks(MovingRadios):
         shaping = radio_shape(self.classes[p.radio], loss_pct).model_dump()
         what = f"reshape {p.dialer}->{p.listener} ({p.radio}, +{loss_pct} %)"
         if p.failed or not (self.reachable(p.dialer) and self.reachable(p.listener)):
-            self.reshapes_skipped += 1  # a paused or dead end: renewed (with its distance's loss) when back
+            self._count("reshapes_skipped")  # a paused or dead end: renewed (with its distance's loss) when back
             return False
         if p.port is None:
             self.reshape_failures.append(f"{what}: the peering is not up")
@@ -340,11 +362,18 @@ class DockerRadioLinks(MovingRadios):
                     raise
 
     def _dialer_port(self, p: _Peering) -> tuple[int | None, str | None]:
-        """The dialer's port and peer key for ``p`` now, from its /state (the peering dialled ``p.uri``)."""
-        x = next((x for x in self.admin.state(p.dialer).get("peers", []) if x.get("remote") == p.uri), None)
+        """The dialer's port and peer key for ``p`` now, from its /state (the peering dialled ``p.uri``, with the
+        listener's key when known)."""
+        x = next((x for x in self.admin.state(p.dialer).get("peers", []) if x.get("remote") == p.uri
+                  and (p.key is None or x.get("key") == p.key)), None)  # fmt: skip
         if x is not None:
             p.port, p.key = int(x["port"]), str(x["key"])
         return (p.port, p.key) if x is not None else (None, None)
+
+    def _count(self, counter: str) -> None:
+        """Add one to a counter (ops run in several threads at once)."""
+        with self._lock:
+            setattr(self, counter, getattr(self, counter) + 1)
 
     def _listener_port(self, p: _Peering, wait: bool = True) -> tuple[int | None, str | None]:
         """The listener's port and peer key for ``p``, from its /state: the peering from the dialer's address on

@@ -121,10 +121,13 @@ class AdminClient:
             raise AdminError(f"{node}: GET {path} answered {resp.status_code}: {resp.text.strip()[:300]}")
         return resp.content
 
-    def post(self, node: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """``POST path`` on ``node`` with a JSON body; the JSON answer. Raises AdminError (no answer, or not 2xx)."""
+    def post(self, node: str, path: str, body: Mapping[str, Any] | None = None, *,
+             timeout_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+        """``POST path`` on ``node`` with a JSON body; the JSON answer (waited for ``timeout_s``, default the
+        client's). Raises AdminError (no answer, or not 2xx)."""
         try:
-            resp = self._http.post(self._url(node, path), json=dict(body or {}))
+            resp = self._http.post(self._url(node, path), json=dict(body or {}),
+                                   timeout=self.timeout_s if timeout_s is None else timeout_s)
         except httpx.HTTPError as exc:
             raise AdminError(f"{node}: POST {path} failed: {exc}") from exc
         if resp.status_code // 100 != 2:

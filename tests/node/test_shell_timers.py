@@ -308,16 +308,20 @@ async def test_a_redial_starts_a_connect_in_flight_over(autojump_clock: trio.tes
 async def test_a_dial_once_peer_is_retried_until_up_and_never_redialled_after(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """POST /peers with ``"redial": false`` (a radio link): refusals are retried at the minimum backoff until the
-    peering comes up; once it ends the dialer is gone (a radio link to a node that died is not dialled into its
-    next life). One that does not come up within its timeout is given up: ``failed``, nothing dials it later."""
+    """POST /peers with ``"redial": false`` (a radio link): a refusal and a failed handshake are retried at the
+    minimum backoff until the peering comes up; once it ends the dialer is gone (a radio link to a node that died
+    is not dialled into its next life). One that does not come up within its timeout is given up: ``failed``,
+    nothing dials it later."""
     attempts: list[float] = []
 
     async def refuse_twice(host: str, port: int, timeout_s: float) -> trio.abc.Stream:
         attempts.append(trio.current_time())
-        if len(attempts) <= 2:
+        if len(attempts) == 1:
             raise OSError(111, "Connection refused")
         ours, theirs = trio.testing.memory_stream_pair()
+        if len(attempts) == 2:  # connected, then a handshake that is not one: not up, so dialled again
+            await theirs.send_all(b"\x00" * len(wire.encode_handshake(THEM)))
+            return ours
 
         async def peer_for_4_s() -> None:
             await theirs.send_all(wire.encode_handshake(THEM))
@@ -339,9 +343,9 @@ async def test_a_dial_once_peer_is_retried_until_up_and_never_redialled_after(
         assert node.peering.dialers and node.peering.dialers[0].once_until == 5.0
         await trio.sleep(60)  # the peer hangs up at up_at + 4 s: 56 s in which a redialling dialer would dial
         assert node.peering.dialers == [] and node.peers == {}
-        assert len(attempts) == 3 and attempts[2] == up_at  # two refusals retried at 0.5 s x0.8..1.2 each
+        assert len(attempts) == 3 and attempts[2] == up_at  # two failures retried at 0.5 s x0.8..1.2 each
         assert attempts[1] - attempts[0] <= 0.6 and attempts[2] - attempts[1] <= 0.6
-        assert node.counters.disconnects == {"eof": 1}
+        assert node.counters.disconnects == {"eof": 1} and sum(node.counters.handshake_failures.values()) == 1
 
         attempts.clear()
         failing = _node(connect=lambda *a: _refused(attempts), rng=random.Random(2))

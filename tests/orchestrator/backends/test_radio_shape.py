@@ -51,7 +51,7 @@ class FakeAdmin:
         self.peers: dict[str, dict[int, dict[str, Any]]] = {n: {} for n in keys}
         self.shapes: list[tuple[str, dict[str, Any]]] = []
 
-    def post(self, node: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, node: str, path: str, body: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         if path == "/peers":
             host = body["uri"].removeprefix("tcp://").split(":")[0]
             other = next(n for n, ip in self.ips.items() if ip == host)
@@ -71,6 +71,10 @@ class FakeAdmin:
         port = max(self.peers[node], default=10) + 1
         self.peers[node][port] = {"port": port, "key": self.keys[other], "remote": remote, "shape": {}}
         return port
+
+    def delete(self, node: str, path: str) -> dict[str, Any] | None:
+        got = self.peers[node].pop(int(path.rsplit("/", 1)[1]), None)
+        return None if got is None else {"port": got["port"], "key": got["key"], "status": "closed"}
 
     def state(self, node: str) -> dict[str, Any]:
         return {"peers": list(self.peers[node].values())}
@@ -159,3 +163,22 @@ def test_the_movers_time_of_a_tick_on_the_wall_clock_is_the_ticks_own(moving: tu
     stood = links.mover_time(links.now())  # the movers' time stands still while halted
     assert links.resume(5.0)
     assert links.mover_time(links.since) == pytest.approx(stood, abs=1e-9)  # not a read (1e-6 s) later
+
+
+def test_a_down_closes_the_peering_the_dialer_lists_for_the_link_not_the_port_the_up_answered(
+        moving: tuple[DockerRadioLinks, FakeAdmin]) -> None:  # fmt: skip
+    """Once a radio peering ended (the listener paused past the peer timeout), its port goes to the next peering,
+    here another node's fixed link: the down (a resumed node's renew, a kill's) must leave that one alone."""
+    links, admin = moving
+    links.start()
+    ops, links._ops = links._ops, []
+    assert links._do(ops[0])  # the up: a's port 11 dialled b's segment address
+    (up,) = links.peerings_made.values()
+    assert up.port == 11
+    admin.peers["a"].clear()  # b timed out: a's peering ended, and a's fixed link to c took port 11
+    admin.peers["a"][11] = {"port": 11, "key": "cc" * 32, "remote": "tcp://10.0.0.9:7000", "shape": {}}
+    assert links.renew("b") == 1
+    down, again, *_ = links._ops
+    assert (down.kind, again.kind) == ("down", "up") and links._do(down)
+    assert 11 in admin.peers["a"] and links.report()["already_closed"] == 1  # the fixed link stays
+    assert links._do(again) and up.port == 11 and again.peering.port == 12  # made again on a fresh port
