@@ -179,18 +179,20 @@ class DockerRadioLinks(MovingRadios):
     def reconcile(self, reason: str = "link_down") -> tuple[list[RadioLink], list[RadioLink]]:
         """MovingRadios.reconcile, after the downs held for paused ends are carried out again (an end may have
         died or resumed since)."""
+        self._release_held()
+        return super().reconcile(reason)
+
+    def _release_held(self) -> None:
+        """Queue again the downs held while both their ends were paused."""
         with self._lock:
             held, self._held = self._held, []
         self._ops.extend(held)
-        return super().reconcile(reason)
 
     def renew(self, name: str) -> int:
         """Close and make again every radio peering of ``name`` made now (it resumed: see the module's doc), and
-        carry out the downs held for it. Returns how many were renewed."""
+        carry out the downs held (one may be its). Returns how many were renewed."""
         when = self._when()
-        with self._lock:
-            held, self._held = self._held, []
-        self._ops.extend(held)
+        self._release_held()
         links = {lid: link for link, lid in self.peerings.items() if lid is not None}
         n = 0
         for lid, p in list(self.peerings_made.items()):
