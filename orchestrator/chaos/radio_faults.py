@@ -1,4 +1,5 @@
-"""How a chaos scenario's faults meet radio links (docs/mobility.md, "Chaos while they move" and "On Docker"), the same on both backends.
+"""How a chaos scenario's faults meet radio links, the same on both backends (docs/mobility.md, "Chaos while they
+move" and "On Docker").
 
 :class:`RadioFaults` sits in front of a backend (orchestrator.chaos.inproc_mobile on the virtual clock,
 orchestrator.chaos.docker_mobile through the nodes' admin APIs) whose ``radio`` is a
