@@ -13,7 +13,8 @@ Contract (scripts depend on it; ``docs/node.md`` has examples):
                            when the peering is up (``port``, ``key``, ``class``), 202 while it is still dialling;
                            ``"redial": false`` (a radio link): dialled until it first comes up within
                            ``timeout_s`` and never again once it ends (202 ``"status": "failed"`` if it did not)
-``DELETE /peers/{port}``   close that peering (and stop redialling its URI) -> ``{"port", "key"}``; 404
+``DELETE /peers/{port}``   close that peering (and stop redialling its URI) -> ``{"port", "key"}``; 404;
+                           ``?key=HEX&remote=URI`` (either): only if that port's peering has them, else 409
 ``POST /peers/shape``      ``{"peer": hex, "class": name|null, "shaping": {"delay_ms": float|null, ...}}`` ->
                            ``{"ports", "shapes": {port: shape}}``: the userspace shaper of the peerings with that
                            key is the class's shape with ``shaping`` over it, a null clearing a field (later
@@ -318,6 +319,16 @@ class _Handlers:
         raw = request.path_params["port"]
         if not raw.isdigit() or not 1 <= int(raw) <= MAX_PORTS:
             return _error(400, f"port {raw!r}: expected a peer port 1..{MAX_PORTS}")
+        unknown = sorted(set(request.query_params) - {"key", "remote"})
+        if unknown:
+            return _error(400, f"unknown parameter {unknown[0]!r} (known: key, remote)")
+        want = {k: request.query_params.get(k) for k in ("key", "remote") if k in request.query_params}
+        there = self.node.peers.get(int(raw))
+        if there is not None and want:  # conditional: only the peering the caller means (its port may be reused)
+            have = {"key": there.key.hex(), "remote": there.remote}
+            if any(have[k] != (v.lower() if k == "key" else v) for k, v in want.items()):
+                return JSONResponse({"error": f"port {raw}: its peering is another one", "port": int(raw), **have},
+                                    status_code=409)  # fmt: skip
         peer = self.node.drop_peer(int(raw))
         if peer is None:
             return _error(404, f"port {raw}: no peer on this port")

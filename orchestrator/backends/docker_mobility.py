@@ -10,8 +10,8 @@ that segment (``--inbound tcp://SUBNET?class=..``). No peering exists on it unti
   the kernel cannot shape one pair on a shared segment), dialled once (``"redial": false``): a peering that ends
   (its peer died, or timed it out while paused) is not dialled again, so a radio link is never redialled into a
   node's next life; only the radio graph makes it again;
-* a radio link **down** is ``DELETE /peers/PORT`` of that peering on the dialer: it closes at once (the listener
-  sees EOF). A dead dialer took it with it; a paused one has it closed by the listener (its end, found in its
+* a radio link **down** is ``DELETE /peers/PORT?key=..&remote=..`` of that peering on the dialer: it closes at
+  once (the listener sees EOF); conditional, so a port given to another peering since is left alone. A dead dialer took it with it; a paused one has it closed by the listener (its end, found in its
   /state), and one with both ends paused is held until either resumes. A resumed node's radio peerings are closed
   and made again (:meth:`DockerRadioLinks.renew`): its peers may have timed it out, or not, by a race of
   deadlines; made again, they are the same every time;
@@ -298,18 +298,21 @@ class DockerRadioLinks(MovingRadios):
     def _down(self, p: _Peering) -> bool:
         """Close the peering: ``DELETE /peers/PORT`` on the dialer, on the listener when the dialer is paused;
         nothing when the dialer is dead (it took the peering with it) or the peering had ended
-        (``already_closed``); held when both ends are paused. The port is always read from that end's /state (the
-        dialer's peering that dialled ``p.uri``; the listener's from the dialer's address on the segment), never
-        the one the up answered: once that peering ended its port goes to the next peering (another pair's, or a
-        restarted node's fixed link), which a DELETE would close for good. True once it is closed."""
+        (``already_closed``); held when both ends are paused. The DELETE is conditional (``?key=..&remote=..``:
+        the port the up answered, only if its peering still has the listener's key and dialled ``p.uri``; the
+        listener's port as its /state lists the peering from the dialer's address): once that peering ended its
+        port goes to the next peering (another pair's, or a restarted node's fixed link), which a plain DELETE
+        would close for good. True once it is closed."""
         try:
             if self.gone(p.dialer):
                 self._count("already_closed")
                 return True
             if self.reachable(p.dialer):
-                port, _ = self._dialer_port(p)
-                if port is None or self.admin.delete(p.dialer, f"/peers/{port}") is None:
-                    self._count("already_closed")  # dialled once: a peering that ended is gone
+                port, key = (p.port, p.key) if p.port is not None else self._dialer_port(p)
+                gone = port is None or self.admin.delete(p.dialer, f"/peers/{port}",
+                                                         {"key": str(key), "remote": p.uri}) is None  # fmt: skip
+                if gone:
+                    self._count("already_closed")  # dialled once: a peering that ended is gone for good
                 return True
             if self.gone(p.listener):
                 self._count("already_closed")  # the paused dialer reads EOF when it resumes
@@ -318,8 +321,8 @@ class DockerRadioLinks(MovingRadios):
                 with self._lock:
                     self._held.append(_Op("down", p, self.now()))
                 return False
-            port, _ = self._listener_port(p, wait=False)
-            if port is None or self.admin.delete(p.listener, f"/peers/{port}") is None:
+            port, key = self._listener_port(p, wait=False)
+            if port is None or self.admin.delete(p.listener, f"/peers/{port}", {"key": str(key)}) is None:
                 self._count("already_closed")
         except AdminError as exc:
             self.failures.append(f"down {p.dialer}->{p.listener}: {exc}")

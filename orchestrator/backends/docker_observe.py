@@ -134,13 +134,14 @@ class AdminClient:
             raise AdminError(f"{node}: POST {path} answered {resp.status_code}: {resp.text.strip()[:300]}")
         return resp.json()
 
-    def delete(self, node: str, path: str) -> dict[str, Any] | None:
-        """``DELETE path`` on ``node``: the JSON answer, None for 404 (nothing there). Raises AdminError."""
+    def delete(self, node: str, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+        """``DELETE path`` on ``node``: the JSON answer, None for 404 (nothing there) and, with ``params`` (a
+        conditional delete: ``?key=..&remote=..``), for 409 (what is there is not the one named). Raises AdminError."""
         try:
-            resp = self._http.delete(self._url(node, path))
+            resp = self._http.delete(self._url(node, path), params=dict(params or {}))
         except httpx.HTTPError as exc:
             raise AdminError(f"{node}: DELETE {path} failed: {exc}") from exc
-        if resp.status_code == 404:
+        if resp.status_code == 404 or (params and resp.status_code == 409):
             return None
         if resp.status_code // 100 != 2:
             raise AdminError(f"{node}: DELETE {path} answered {resp.status_code}: {resp.text.strip()[:300]}")

@@ -77,3 +77,35 @@ def test_one_peering_of_a_pair_is_shaped_by_its_port(tmp_path: Path) -> None:
         assert r.status_code == 201, r.text
         newest = {p["port"]: p for p in b.state()["peers"]}[r.json()["port"]]
         assert newest["shape"] == {"delay_ms": 0.1, "loss_pct": 2.0, "rate_mbit": 1000.0}, newest
+
+
+def test_a_conditional_delete_closes_only_the_peering_it_names(tmp_path: Path) -> None:
+    """``DELETE /peers/PORT?key=..&remote=..`` closes the port's peering only if it is the one named (a port is given
+    to the next peering once one ends: a caller that kept an old port must not close another pair's link)."""
+    with Cluster(tmp_path, tag="delkey") as cl:
+        a = cl.start("a")
+        b = cl.start("b", "--peer", a.uri("remote"), "--peer", a.uri("lan"))
+        wait_until(lambda: len(b.state()["peers"]) == 2, 20, what="b peered with a twice")
+        on_b = {p["link_class"]: p for p in b.state()["peers"]}
+        lan, remote = on_b["lan"], on_b["remote"]
+        assert lan["remote"] == a.uri("lan") and remote["remote"] == a.uri("remote"), on_b
+        refused = [
+            ({"remote": remote["remote"]}, 409),  # the other peering's URI
+            ({"key": b.key.hex()}, 409),  # another key
+            ({"key": a.key.hex(), "remote": remote["remote"]}, 409),  # both must match
+            ({"peer": a.key.hex()}, 400),  # not a parameter
+        ]
+        for params, status in refused:
+            r = b._client.delete(b.admin + f"/peers/{lan['port']}", params=params)
+            assert r.status_code == status, (params, r.text)
+            if status == 409:
+                assert r.json() == {"error": f"port {lan['port']}: its peering is another one", "port": lan["port"],
+                                    "key": a.key.hex(), "remote": lan["remote"]}, r.text  # fmt: skip
+        assert r.json() == {"error": "unknown parameter 'peer' (known: key, remote)"}
+        assert len(b.state()["peers"]) == 2  # none of them closed anything
+        r = b._client.delete(b.admin + f"/peers/{lan['port']}", params={"key": a.key.hex().upper(),
+                                                                        "remote": lan["remote"]})  # fmt: skip
+        assert r.status_code == 200 and r.json() == {"port": lan["port"], "key": a.key.hex(), "status": "closed"}
+        assert [p["port"] for p in b.state()["peers"]] == [remote["port"]]
+        r = b._client.delete(b.admin + f"/peers/{lan['port']}", params={"key": a.key.hex()})
+        assert (r.status_code, r.json()) == (404, {"error": f"port {lan['port']}: no peer on this port"})

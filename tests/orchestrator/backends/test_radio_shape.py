@@ -72,9 +72,14 @@ class FakeAdmin:
         self.peers[node][port] = {"port": port, "key": self.keys[other], "remote": remote, "shape": {}}
         return port
 
-    def delete(self, node: str, path: str) -> dict[str, Any] | None:
-        got = self.peers[node].pop(int(path.rsplit("/", 1)[1]), None)
-        return None if got is None else {"port": got["port"], "key": got["key"], "status": "closed"}
+    def delete(self, node: str, path: str, params: dict[str, str] | None = None) -> dict[str, Any] | None:
+        """As the node answers (AdminClient.delete: None for 404, and for 409 when a condition did not hold)."""
+        port = int(path.rsplit("/", 1)[1])
+        there = self.peers[node].get(port)
+        if there is None or any(there[k] != v for k, v in (params or {}).items()):
+            return None
+        del self.peers[node][port]
+        return {"port": there["port"], "key": there["key"], "status": "closed"}
 
     def state(self, node: str) -> dict[str, Any]:
         return {"peers": list(self.peers[node].values())}
