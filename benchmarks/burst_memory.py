@@ -3,12 +3,14 @@
 The in-process network of ``snekbed sim`` (same configuration: boot spread, link classes, seed) is run to
 ``--until`` (past the t = 60 s burst, whether or not the snake has converged), sampling every ``--every``
 protocol seconds from ``--from`` on: events queued (``InprocNetwork.queued_events``), frames in flight (the
-heap's frame entries), frames delivered, the routers' wakeup-broadcast records (``Broadcasts.seen``, §6.8: one
-per node and source heard, kept 3 min), the bytes those records hold (``sys.getsizeof`` of each dict, value and
-value part: the source keys are shared with the frames and not counted), and resident memory. Then one
-summary row: peak RSS, wall time, frames, records, bytes per record.
+heap's frame entries), frames delivered, the routers' wakeup-broadcast records (``Broadcasts.records``, §6.8:
+one per node and source heard, kept 3 min), the bytes those records hold (``sys.getsizeof`` of the flat arrays and
+the shared key index, or with ``--records dict`` of each router's dict and its values: the source keys are shared
+with the frames and not counted), and resident memory. Then one summary row: peak RSS, wall time, frames,
+records, bytes per record.
 
     .venv/bin/python benchmarks/burst_memory.py GRAPH.yaml --until 64 --out before.json
+    .venv/bin/python benchmarks/burst_memory.py GRAPH.yaml --until 64 --records dict --out dict.json
     .venv/bin/python benchmarks/burst_memory.py GRAPH.yaml --until 64 --knob wakeup_broadcasts=0
     .venv/bin/python benchmarks/burst_memory.py GRAPH.yaml --tracemalloc 58.5 --until 61   # allocation sites
     .venv/bin/python benchmarks/burst_memory.py --compare before.json after.json           # side by side
@@ -32,6 +34,7 @@ from typing import Any
 import trio
 import trio.testing
 
+from node.core.broadcast_records import DictRecords, FlatRecords
 from node.core.variants import VariantSpec
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, InprocNetwork
 from orchestrator.model.topology_loaders import load_topology
@@ -50,16 +53,21 @@ def rss_mb() -> float:
 
 
 def records(net: InprocNetwork) -> tuple[int, int]:
-    """(broadcast records, bytes they hold): each router's ``Broadcasts.seen`` dict, its values and their parts."""
+    """(broadcast records, bytes they hold): each router's records (``Broadcasts.records``): a dict's table, values
+    and their parts, or the flat arrays' buffers and the shared key index once (its keys are the frames')."""
     n = size = 0
+    flat = False
     for node in net.nodes.values():
-        seen = node.router.broadcasts.seen
-        n += len(seen)
-        size += sys.getsizeof(seen)
-        for v in seen.values():
-            size += sys.getsizeof(v)
-            if type(v) is tuple:
-                size += sum(sys.getsizeof(x) for x in v)
+        recs = node.router.broadcasts.records
+        n += len(recs)
+        if isinstance(recs, FlatRecords):
+            flat = True
+            size += sum(sys.getsizeof(arr) for arr in (recs.seqs, recs.whens, recs.order))
+            continue
+        size += sys.getsizeof(recs.seen)
+        size += sum(sys.getsizeof(v) for v in recs.seen.values())
+    if flat:
+        size += sys.getsizeof(net.keys.numbers) + sys.getsizeof(net.keys.keys)
     return n, size
 
 
@@ -78,6 +86,9 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {"variant": VariantSpec.of("snek", a.knob)} if a.knob else {}
     cfg = config_from_topology(topo, seed=a.seed, boot_spread_s=DEFAULT_BOOT_SPREAD_S, **kw)
     net = network(cfg)
+    if a.records == "dict":  # every router its own dict, as a TCP node (the layout before the flat one)
+        for node in net.nodes.values():
+            node.router.broadcasts.records = DictRecords(node.router.max_cached)
     samples: list[dict[str, Any]] = []
     wall0 = time.perf_counter()
 
@@ -102,6 +113,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     n, size = records(net)
     out: dict[str, Any] = {
         "graph": topo.name, "nodes": len(net.nodes), "links": len(net.links), "knobs": a.knob, "until": a.until,
+        "records_layout": a.records,
         "wall_s": round(wall, 1), "frames_delivered": net.frames_delivered, "records": n,
         "records_mb": round(size / MB, 1), "bytes_per_record": round(size / n, 1) if n else None,
         "rss_mb": round(rss_mb(), 1), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -163,6 +175,8 @@ def main() -> None:
     ap.add_argument("--from", type=float, default=58.0, help="first sample (protocol s)")
     ap.add_argument("--until", type=float, default=64.0, help="run to this protocol time")
     ap.add_argument("--every", type=float, default=0.5, help="protocol seconds between samples")
+    ap.add_argument("--records", choices=("flat", "dict"), default="flat",
+                    help="the broadcast records' layout: flat (snekbed sim's) or a dict per router (a TCP node's)")
     ap.add_argument("--tracemalloc", type=float, default=None, metavar="T", help="trace allocations from T on")
     ap.add_argument("--out", type=Path, help="also write the measurement here (JSON)")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))

@@ -8,11 +8,10 @@ writes to the router's outbox, and returns the reason to drop a peer rather than
 
 from __future__ import annotations
 
-import struct
 from dataclasses import replace
-from typing import Final
 
 from . import wire
+from .broadcast_records import DictRecords, FlatRecords, KeyIndex, Records
 from .crypto import Identity
 from .errors import ProtocolError
 from .state import Outbox, PeerState, Timers, tree_distance, wall_ms
@@ -21,30 +20,21 @@ from .types import BROADCAST_HOP_LIMIT, Frame, FrameType
 
 __all__ = ["Broadcasts"]
 
-#: A broadcast record, what the filter of §6.8 keeps per source: (sequence, when) packed into one int,
-#: ``sequence << 64 | the IEEE-754 bits of when``. The same two values, exactly, in one object instead of three
-#: (a tuple, a float and an int, 112 bytes in all, as the compiled core boxes them): every node keeps one per
-#: source it heard from for 3 minutes, which in a simulation of N nodes is N x (sources within 5 hops) records
-#: (docs/performance.md, "The wakeup-broadcast burst").
-_WHEN: Final = struct.Struct("<d")
-_LOW_64: Final = (1 << 64) - 1
-
-
-def _record(seq: int, when: float) -> int:
-    return seq << 64 | int.from_bytes(_WHEN.pack(when), "little")
-
-
-def _when(record: int) -> float:
-    when: float = _WHEN.unpack((record & _LOW_64).to_bytes(8, "little"))[0]
-    return when
-
-
 class Broadcasts:
     """§6.8. With ``enabled`` false we send none of our own, but still record and flood others'."""
 
     def __init__(
-        self, identity: Identity, timers: Timers, wall_offset_ms: int, enabled: bool, max_cached: int, outbox: Outbox
+        self,
+        identity: Identity,
+        timers: Timers,
+        wall_offset_ms: int,
+        enabled: bool,
+        max_cached: int,
+        outbox: Outbox,
+        keys: KeyIndex | None = None,
     ) -> None:
+        """``keys``: the key index the routers of one simulation share, for records in flat arrays
+        (:class:`~node.core.broadcast_records.FlatRecords`); None, a dict of this node's own."""
         self.identity = identity
         self.key = identity.public_key
         self.t = timers
@@ -52,12 +42,12 @@ class Broadcasts:
         self.enabled = enabled
         self.max_cached = max_cached
         self.outbox = outbox
-        self.seen: dict[bytes, int] = {}  # source key -> its record: (sequence, when), packed (_record)
+        self.records: Records = FlatRecords(keys, max_cached) if keys is not None else DictRecords(max_cached)
         self.next_broadcast = 0.0
 
     def reset(self, now: float) -> None:
         """Start-up state, and the full reset of §3.7 step 2."""
-        self.seen = {}
+        self.records.clear()
         self.next_broadcast = now + self.t.broadcast_interval_s
 
     def next_deadline(self) -> float:
@@ -68,8 +58,7 @@ class Broadcasts:
         if not self.enabled or now < self.next_broadcast:
             return
         self.next_broadcast = now + self.t.broadcast_interval_s
-        exp = self.t.broadcast_expiry_s
-        self.seen = {k: v for k, v in self.seen.items() if now - _when(v) < exp}
+        self.records.expire(now, self.t.broadcast_expiry_s)
         self._send_own(None, now, tree)
 
     def wake(self, port: int, now: float, tree: Tree) -> None:
@@ -101,13 +90,8 @@ class Broadcasts:
             return "bad_signature"
         if p.root_key != tree.root.key:
             return None
-        seen = self.seen.get(frame.source_key)
-        if seen is not None and (now - _when(seen) < self.t.broadcast_filter_s or p.seq <= seen >> 64):
+        if not self.records.admit(frame.source_key, p.seq, now, self.t.broadcast_filter_s):
             return None
-        seen_map = self.seen
-        if len(seen_map) >= self.max_cached and frame.source_key not in seen_map:
-            del seen_map[next(iter(seen_map))]
-        seen_map[frame.source_key] = _record(p.seq, now)
         self.outbox.counters[("node_discovered",)] += 1
         if frame.hop_limit <= 1:
             return None

@@ -45,6 +45,7 @@ from . import wire
 from .adversary import Adversary
 from .attacks import Strategy
 from .broadcast import Broadcasts
+from .broadcast_records import KeyIndex
 from .crypto import Identity
 from .forward import Forwarding
 from .host import RouterHost
@@ -89,10 +90,14 @@ class Router:
         max_cached: int = 20_000,
         snek: str | SnekFactory = "snek",
         knobs: Mapping[str, Any] | None = None,
+        broadcast_keys: KeyIndex | None = None,
     ) -> None:
         """``snek`` names a variant of :data:`node.core.variants.VARIANTS` or is a factory
         ``(host, now) -> SnekStrategy``. ``knobs`` are the variant knobs (:data:`node.core.variants.KNOBS`,
         defaults for those missing) the variant reads; ``VariantSpec.router_options()`` builds all of these.
+
+        ``broadcast_keys``: a key index shared by the routers of one simulation, whose wakeup-broadcast records
+        are then flat arrays instead of a dict each (node.core.broadcast_records; the same behaviour).
 
         Raises KeyError for an unknown variant name.
         """
@@ -127,7 +132,7 @@ class Router:
         self.variant = variant.name if variant is not None else "custom"
         # ---------------------------------------------------------------- the parts
         self.tree = Tree(identity, self.t, self.peers, self.out)
-        self.broadcasts = Broadcasts(identity, self.t, wall_offset_ms, broadcasts, max_cached, self.out)
+        self.broadcasts = Broadcasts(identity, self.t, wall_offset_ms, broadcasts, max_cached, self.out, broadcast_keys)
         self.forwarding = Forwarding(self.key, self.t, hop_limiting, max_cached, self.out, self.ping)
         host = RouterHost(identity, self.t, self.peers, self.tree, self.out, wall_offset_ms=wall_offset_ms,
                           detail_events=detail_events, max_routes=max_routes, knobs=self.knobs)  # fmt: skip

@@ -1,13 +1,11 @@
 """The in-process backend: N sans-IO routers in one trio process.
 
-Links are in-memory, reliable and ordered, like the reference simulator's
-pipes. Frames, timer expiries and observer ticks sit in one time-ordered heap;
-a single trio task pops them and feeds each router the event's own timestamp
-as ``now``. trio's clock is kept in step (``trio.sleep_until``), so with a
-``MockClock(autojump_threshold=0)`` protocol time runs as fast as the CPU
-allows, and with trio's normal clock it runs in real time. Ties are broken by
-insertion order and every random draw comes from one seeded RNG, so a
-virtual-clock run is a pure function of (topology, seed, options).
+Links are in-memory, reliable and ordered, like the reference simulator's pipes. Frames, timer expiries and
+observer ticks sit in one time-ordered heap; a single trio task pops them and feeds each router the event's own
+timestamp as ``now``. trio's clock is kept in step (``trio.sleep_until``), so with a ``MockClock(autojump_threshold=0)``
+protocol time runs as fast as the CPU allows, and with trio's normal clock it runs in real time. Ties are broken by
+insertion order and every random draw comes from one seeded RNG, so a virtual-clock run is a pure function of
+(topology, seed, options).
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ import trio.testing
 from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT, frame_type_slot
 from node.core import wire
 from node.core.attacks import make_strategy
+from node.core.broadcast_records import KeyIndex
 from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
 from node.core.recorder import DEFAULT_MAX_ENTRIES, RECEIVED, FlightRecorder
@@ -100,9 +99,8 @@ def _idle_until(deadline: float) -> bool:
 class InprocNetwork:
     """Build with nodes and links, then ``await run_until(t)``; observe through callbacks.
 
-    ``on_event(node, kind, fields, now)`` sees every router event;
-    ``on_frame(node, direction, frame, link_class, now)`` sees every frame sent or received
-    (only set it when you need it: it is on the hot path).
+    ``on_event(node, kind, fields, now)`` sees every router event; ``on_frame(node, direction, frame, link_class,
+    now)`` sees every frame sent or received (only set it when you need it: it is on the hot path).
     """
 
     def __init__(
@@ -149,6 +147,7 @@ class InprocNetwork:
         self.variants = dict(variants or {})
         #: handshakes refused per node and reason (a TCP node counts these in snek_handshake_failures_total)
         self.handshake_failures: dict[str, dict[str, int]] = {}
+        self.keys = KeyIndex()  # the routers' broadcast records: flat arrays on it (docs/performance.md)
         self.rng = random.Random(seed)
         self.link_delay_s = link_delay_ms / 1000.0
         self.wire_bytes = wire_bytes
@@ -193,7 +192,8 @@ class InprocNetwork:
         """A node running ``spec`` (default: the network's variant for ``name``), not yet in :attr:`nodes`."""
         spec = spec or self.spec_of(name)
         self.variants[name] = spec
-        r = Router(ident, now, detail_events=self.detail_events, **spec.router_options(self.timers))
+        r = Router(ident, now, detail_events=self.detail_events, broadcast_keys=self.keys,
+                   **spec.router_options(self.timers))
         if (adv := self.adversaries.get(name)) is not None:  # node.runtime's order: the drop rates, the strategy
             if adv.drop is not None:
                 r.set_adversary(*adv.drop)
