@@ -44,14 +44,17 @@ def shared_dir() -> Path:
     return SHARED
 
 
-# The suite runs on two workers (pytest -n 2 --dist loadgroup: README, .ci/run). Tests that share a heavy
-# resource stay on one worker: every Spark test on the worker that holds the session's one JVM, every Docker
-# test on one worker so two runs' containers never compete for the 2 cores while a convergence bound ticks, and
-# the tests that use the host's one multicast group and port (the multicast mark) one after another.
-# The rest is spread over both. A module may name its own group (``pytestmark = pytest.mark.xdist_group(...)``):
-# the image build tests (tests/orchestrator/backends/test_image.py: a build, a few short containers, no network
-# converging) run as ``image`` beside the Docker group, as CPU-heavy in-process tests do. Without xdist the marks
-# are inert.
+# The suite runs on three workers on the machine's two cores (pytest -n 3 --dist loadgroup: README, .ci/run): most
+# of a Docker test's time is spent waiting on protocol timers and the engine, not computing, so a third worker
+# overlaps that waiting with other work (docs/performance.md, "The test suite's time"). Tests that share a heavy
+# resource or a piece of state stay on one worker: every Spark test on the worker that holds the session's one JVM,
+# the Docker tests on one worker, the multicast tests (the host's one multicast group and port) one after another.
+# Modules name their own group (``pytestmark = pytest.mark.xdist_group(...)``) where that is the shared thing:
+# ``swarm`` for the tests that change or read the outer engine's swarm membership (test_swarm.py makes it a manager,
+# test_cluster.py checks it is as it was, a refusal in test_exit_codes.py needs it in no swarm), beside the Docker
+# group (their runs are labelled by run and cluster ids, their subnets planned under one lock); ``image`` for the
+# image build tests (a build, a few short containers, no network converging). The rest is spread over all workers.
+# Without xdist the marks are inert.
 XDIST_GROUPS = ("spark", "docker", "multicast")
 
 

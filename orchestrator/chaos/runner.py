@@ -66,6 +66,8 @@ REFERENCE_COORDS_S = 60.0
 REFERENCE_TRANSIENT_S = REFERENCE_COORDS_S + 5.0
 #: how often a transient is read again (ChaosRun._recheck)
 RECHECK_POLL_S = 0.5
+#: readings of the nodes' state before a step is judged without a live node that did not answer (then invalid)
+UNREAD_TRIES = 3
 WATCH_S = 1.0  # how often the run's metrics (RunMetrics) re-read the live graph and the nodes' state
 #: a fault whose network has not re-converged within its bound is watched up to this many bounds after it: one that
 #: converges by then is ``slow``, one that does not is ``stuck`` (docs/chaos.md, "Slow against stuck")
@@ -90,6 +92,8 @@ class ChaosRun:
     adversaries: frozenset[str] = frozenset()
     #: the traffic's pings counted into ``metrics`` so far, by (mode, delivered)
     _pings_counted: dict[tuple[str, bool], int] = field(default_factory=dict, init=False)
+    #: the live nodes the last reading could not read (UNREAD_TRIES times): a step judged without them is invalid
+    unread: list[str] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"chaos-{self.seed}")
@@ -306,6 +310,9 @@ class ChaosRun:
         rec["verdict"] = verdict_of(inv)
         rec["live_nodes"] = live if b.moves else len(states)  # moving: the settled ones are settled_nodes
         rec["components"] = nx.number_connected_components(graph.subgraph(states)) if states else 0
+        if self.unread:  # judged without them: no verdict can be trusted (the invariants are kept to read)
+            rec["unread"], rec["verdict"] = self.unread, "invalid"
+            rec["invalid"] = f"{len(self.unread)} live node(s) did not answer the checker: {', '.join(self.unread)}"
         return conv
 
     async def _recheck(self, step: AnyStep, first: dict[str, Invariant], names: list[str],
@@ -351,6 +358,12 @@ class ChaosRun:
         ``bound_s`` (orchestrator.chaos.moving); those nodes, and how many nodes were live."""
         b = self.backend
         graph, states = b.live_graph(), await b.states()
+        for _ in range(UNREAD_TRIES):  # a live node that did not answer (a busy host): read again before judging
+            if set(graph) <= set(states):
+                break
+            await b.sleep(RECHECK_POLL_S)
+            graph, states = b.live_graph(), await b.states()
+        self.unread = sorted(set(graph) - set(states))
         moving = b.moved_since(b.now() - bound_s) & set(states) if b.moves else set()
         live = len(states)
         if moving:

@@ -24,7 +24,7 @@ from tests.ci import need_module
 
 docker = need_module("docker", "the Docker SDK (an optional extra) drives the cluster's engines")
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("swarm")]  # tests/conftest.py
 
 REPO = Path(__file__).resolve().parents[3]
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"

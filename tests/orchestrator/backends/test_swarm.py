@@ -28,7 +28,7 @@ from orchestrator.chaos.scenario import INVARIANTS
 from orchestrator.model.topology_loaders import load_topology
 from tests.ci import need
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("swarm")]  # tests/conftest.py
 
 REPO = Path(__file__).resolve().parents[3]
 MESH12 = REPO / "compose" / "topologies" / "mesh-12.yaml"

@@ -320,3 +320,46 @@ def test_an_adversary_that_drops_nothing_from_its_peer_is_invalid() -> None:
     assert step["verdict"] == "invalid" and step["confirmed"]["ok"] is False, step
     assert "dropped none of the" in step["invalid"] and "frame(s) of bootstrap from n04" in step["invalid"]
     assert out["verdict"] == "invalid" and out["invalid_steps"] == [1]
+
+
+class _Mute(InprocChaos):
+    """A node whose state reading does not answer (a busy host's admin API): on every other reading, or always."""
+
+    def __init__(self, *args: Any, always: bool, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.always, self.readings = always, 0
+
+    async def states(self) -> dict[str, Any]:
+        got = await super().states()
+        self.readings += 1
+        if self.always or self.readings % 2:
+            got.pop("n05", None)
+        return got
+
+
+MUTE = """\
+  - {action: wait, until: converged, within_s: 120}
+  - {action: partition, groups: [[n05], [rest]]}
+  - {action: heal}
+"""
+
+
+@pytest.mark.parametrize("always", [False, True], ids=["answers-when-read-again", "never-answers"])
+def test_a_live_node_that_does_not_answer_is_read_again_and_never_judged_without(always: bool) -> None:
+    """Judged without n05, the partition that isolates it would show one component and pass. Read again it is
+    judged as usual; never answering, the step is invalid and names it."""
+
+    async def main() -> dict[str, Any]:
+        return await run_scenario(_Mute(RING, seed=3, always=always), _scenario(MUTE), seed=3)
+
+    out = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    cut, healed = out["steps"][1], out["steps"][2]
+    if not always:
+        assert out["verdict"] == "pass" and cut["components"] == 2 and healed["components"] == 1, out["steps"]
+        assert "unread" not in cut and "unread" not in healed
+        return
+    for step in (cut, healed):
+        assert step["verdict"] == "invalid" and step["unread"] == ["n05"], step
+    assert cut["invalid"] == "1 live node(s) did not answer the checker: n05", cut
+    assert healed["invalid"].startswith("fault not confirmed: heal"), healed  # n05's peers are not read either
+    assert cut["components"] == 1 and out["verdict"] == "invalid" and out["invalid_steps"] == [1, 2], out

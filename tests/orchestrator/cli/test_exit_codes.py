@@ -110,6 +110,7 @@ REFUSED_UP: dict[str, tuple[list[str], str]] = {
 }
 
 
+@pytest.mark.xdist_group("swarm")  # its swarm case needs the engine in no swarm: never beside test_swarm.py
 @pytest.mark.parametrize("case", sorted(REFUSED_UP))
 def test_a_refused_up_leaves_no_run_directory_and_latest_as_it_was(case: str, tmp_path: Path) -> None:
     if case == "swarm-without-a-swarm":
