@@ -1,7 +1,11 @@
 """Address plans and Docker networks for one run of the Docker backend.
 
 A run gets ONE aligned block of a configurable pool (default ``10.213.0.0/16``),
-chosen so it overlaps no existing Docker network and no host route. Inside the
+chosen so it overlaps no existing Docker network and no host route: the first free
+one from a place in the pool the run id picks (a hash), so the next run does not take
+the block the last one just gave back (a swarm's workers drop a removed overlay
+network some time after the manager does: a task on one that still has it is
+rejected, "Pool overlaps with other one on this address space"). Inside the
 block, carved largest first so every subnet stays aligned:
 
 * the **control** network: a non-internal bridge holding every node (admin API,
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import ipaddress
 import math
 import threading
@@ -272,7 +277,11 @@ def plan_addresses(topology: Topology, run_id: str, *, pool: str = DEFAULT_POOL,
         raise AddressPoolExhausted(pool, block_size, f"the pool has only {pool_net.num_addresses} addresses")
     taken = list(taken)
     block = None
-    for candidate in pool_net.subnets(new_prefix=32 - int(math.log2(block_size))):
+    blocks = pool_net.num_addresses // block_size
+    first = int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") % blocks  # where this run starts
+    for i in range(blocks):
+        candidate = ipaddress.IPv4Network((int(pool_net.network_address) + ((first + i) % blocks) * block_size,
+                                           32 - int(math.log2(block_size))))  # fmt: skip
         if _overlaps(candidate, taken) is None:
             block = candidate
             break

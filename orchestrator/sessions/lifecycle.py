@@ -286,7 +286,10 @@ def _down_everywhere(target: str | None, run: RunDir | None) -> DownReport:
         raise Refused(f"run {target} is a swarm run: run `snekbed down` on a manager of its swarm "
                          f"(this engine's swarm state: {state['state']})")
     total = DownReport()
-    if state["manager"]:
+    label = {"label": f"snekbed.run={target}" if target else "snekbed.run"}
+    # the swarm sweep only for a swarm run or the services of one: it also force-removes the run's containers,
+    # which would leave a Docker run's (on an engine that is a manager for another run) uncounted
+    if state["manager"] and (is_swarm or plain.api.services(filters=label)):
         first = SwarmBackend(plain.client).down(target)
         total.containers_removed += first.containers_removed
         total.networks_removed += first.networks_removed
@@ -298,6 +301,5 @@ def _down_everywhere(target: str | None, run: RunDir | None) -> DownReport:
     total.errors += second.errors
     total.containers_left, total.networks_left = second.containers_left, second.networks_left
     if state["manager"]:
-        total.containers_left += len(plain.api.services(filters={"label": f"snekbed.run={target}" if target
-                                                                 else "snekbed.run"}))
+        total.containers_left += len(plain.api.services(filters=label))
     return total

@@ -201,3 +201,22 @@ def test_a_mixed_mesh12_on_a_swarm_loses_its_root_splits_and_heals(client: Any, 
     finally:
         if run_id is not None:
             assert _labelled(client, run_id) == (0, 0, 0)
+
+
+def test_a_docker_run_on_an_engine_that_is_a_manager_is_taken_down_and_counted(client: Any, image: str, swarm: str,
+                                                                               tmp_path: Path) -> None:  # fmt: skip
+    """A plain Docker run beside the swarm (this engine is a manager): `down` removes its containers and counts them
+    (the swarm sweep once removed them uncounted: 0 of 3)."""
+    runs, run_id = tmp_path / "runs", f"t{uuid.uuid4().hex[:7]}"
+    topo = tmp_path / "line-3.yaml"
+    topo.write_text("name: line-3\nnodes: [a, b, c]\nlinks: [[a, b, lan], [b, c, lan]]\n")
+    common = ("--runs-dir", str(runs), "--run-id", run_id)
+    try:
+        up = _cli("up", str(topo), "--image", image, *common, "--json")
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
+        assert _labelled(client, run_id)[:2] == (0, 3)
+        down = _json(_cli("down", *common, "--json"))
+        assert (down["containers_removed"], down["containers_left"]) == (3, 0), down
+        assert _labelled(client, run_id)[:2] == (0, 0), _labelled(client, run_id)
+    finally:
+        _cli("down", *common)
