@@ -25,13 +25,17 @@ that segment (``--inbound tcp://SUBNET?class=..``). No peering exists on it unti
 :class:`DockerRadioLinks` is :class:`~orchestrator.backends.radio_links.MovingRadios` with that network: the same
 world, seed and tick give the same sequence of link changes as in process, since each tick moves the nodes to where
 they are at its scheduled instant. :meth:`DockerRadioLinks.run` (a trio task) runs the ticks on ``time.monotonic``
-and carries out each tick's changes, downs before ups, pairs concurrently; the **effect delay** of each change is
+and carries out each tick's changes as they are asked, downs before ups, each pair's in order, the pairs
+concurrently (a tick does not wait for an earlier tick's changes); the **effect delay** of each change is
 from the instant it was scheduled for to the admin API's answer that it is done (the peering up, or closed), its
-p50 and p99 in :meth:`DockerRadioLinks.report`, beside the reshapes asked, done and failed, and their delay.
+p50 and p99 in :meth:`DockerRadioLinks.report` (with its parts: waiting for a thread, the call, back to the
+loop), beside the reshapes asked, done and failed, and their delay. The links in range at the start are asked for
+together before anything moves: their delay is a set-up's, reported apart (``start_ms``).
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -103,6 +107,7 @@ class _Op:
     scheduled: float
     loss_pct: int = 0
     lid: int = 0
+    start: bool = False  # one of the links in range at the start, made before the movement begins
 
 
 def _host(remote: object) -> str:
@@ -132,10 +137,15 @@ class DockerRadioLinks(MovingRadios):
         self._due: list[tuple[float, int, Callable[[float], None]]] = []
         self._tie = itertools.count()
         self._ops: list[_Op] = []
+        self._pairs: dict[tuple[str, str], collections.deque[_Op]] = {}  # each pair's changes while it has a worker
         self._scheduled: float | None = None  # the instant the tick being run was scheduled for
-        self._in_flight = 0
+        self._in_flight = 0  # changes queued or being carried out
         self.delays: dict[str, list[float]] = {"up": [], "down": []}
+        #: each change done, its delay in three parts: (scheduled -> its call began, the call, answered -> seen)
+        self.stages: dict[str, list[tuple[float, float, float]]] = {"up": [], "down": []}
         self.late_s: list[float] = []  # how late each tick started
+        self._starting = False
+        self.start_delays: list[float] = []  # of the links in range at the start (all asked at once)
         self.failures: list[str] = []
         self.reshapes_asked = 0
         self.reshape_delays: list[float] = []  # of the reshapes done (both ends answered)
@@ -152,6 +162,15 @@ class DockerRadioLinks(MovingRadios):
     def now(self) -> float:
         return time.monotonic()
 
+    def start(self) -> None:
+        """MovingRadios.start: the links in range at the start are asked for together, before anything moves;
+        their delay is reported apart from the changes' (``start_ms``), as a set-up, not a change."""
+        self._starting = True
+        try:
+            super().start()
+        finally:
+            self._starting = False
+
     def call_at(self, t: float, fn: Callable[[float], None]) -> None:
         heapq.heappush(self._due, (t, next(self._tie), fn))
 
@@ -163,7 +182,7 @@ class DockerRadioLinks(MovingRadios):
         p = _Peering(min(a, b), listener, f"tcp://{seg.members[listener]}:{NODE_PEER_PORT}?{self.queries[name]}",
                      name)  # fmt: skip
         self.peerings_made[lid] = p
-        self._ops.append(_Op("up", p, self._when(), lid=lid))
+        self._ops.append(_Op("up", p, self._when(), lid=lid, start=self._starting))
         if loss_pct:  # the URI carries the class's shape: the distance's loss follows once it is up
             self._shape_later(p, loss_pct)
         return lid
@@ -221,54 +240,79 @@ class DockerRadioLinks(MovingRadios):
 
     async def run(self) -> None:
         """Run the ticks as they fall due and carry out the changes (also those a step or a fault made meanwhile)
-        until cancelled."""
+        until cancelled. A tick's changes start at once, whatever is still in flight: each pair's changes in
+        the order asked (a pair's down before its up, a link's reshape after its up), the pairs at once."""
         limiter = trio.CapacityLimiter(CONCURRENCY)
-        while True:
-            while self._due and self._due[0][0] <= self.now():
-                t, _, fn = heapq.heappop(self._due)
-                self.late_s.append(self.now() - t)
-                self._scheduled = t
-                try:
-                    fn(t)
-                finally:
-                    self._scheduled = None
-            if self._retry_at is not None and self.now() >= self._retry_at:
-                self._retry_at = None
-                self.reconcile("retry")
-            if self._ops:
-                ops, self._ops = self._ops, []
-                self._in_flight = len(ops)
-                try:
-                    await self._carry_out(ops, limiter)
-                finally:
-                    self._in_flight = 0
-            await trio.sleep(POLL_S)
-
-    async def _carry_out(self, ops: list[_Op], limiter: trio.CapacityLimiter) -> None:
-        """Each pair's changes in order, the pairs at once (downs first within a tick: RadioGraph's order; a
-        link's reshape after its up)."""
-        by_pair: dict[tuple[str, str], list[_Op]] = {}
-        for op in ops:
-            by_pair.setdefault((op.peering.dialer, op.peering.listener), []).append(op)
-
-        async def pair(changes: list[_Op]) -> None:
-            for op in changes:
-                async with limiter:
-                    ok = await trio.to_thread.run_sync(self._do, op)
-                if not ok and op.kind == "up":
-                    op.peering.failed = True
-                    if self.peerings_made.get(op.lid) is op.peering:
-                        del self.peerings_made[op.lid]  # not made: a reconcile makes it again while wanted
-                    p = op.peering
-                    if self._retry_at is None and self.reachable(p.dialer) and self.reachable(p.listener):
-                        self._retry_at = self.now() + RETRY_S  # an error, not an end down: asked again soon
-                if ok:
-                    (self.reshape_delays if op.kind == "shape" else self.delays[op.kind]).append(
-                        self.now() - op.scheduled)
-
         async with trio.open_nursery() as nursery:
-            for changes in by_pair.values():
-                nursery.start_soon(pair, changes)
+            while True:
+                while self._due and self._due[0][0] <= self.now():
+                    t, _, fn = heapq.heappop(self._due)
+                    self.late_s.append(self.now() - t)
+                    self._scheduled = t
+                    try:
+                        fn(t)
+                    finally:
+                        self._scheduled = None
+                if self._retry_at is not None and self.now() >= self._retry_at:
+                    self._retry_at = None
+                    self.reconcile("retry")
+                if self._ops:
+                    ops, self._ops = self._ops, []
+                    self._queue(ops, nursery, limiter)
+                await trio.sleep(POLL_S)
+
+    async def carry_out(self, ops: list[_Op], limiter: trio.CapacityLimiter | None = None) -> None:
+        """Carry out ``ops`` as :meth:`run` does a tick's, and return once the workers started for them are done."""
+        async with trio.open_nursery() as nursery:
+            self._queue(ops, nursery, limiter or trio.CapacityLimiter(CONCURRENCY))
+
+    def _queue(self, ops: list[_Op], nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> None:
+        """Append each change to its pair's queue, starting the pair's worker where none runs."""
+        for op in ops:
+            pair = (op.peering.dialer, op.peering.listener)
+            queue = self._pairs.get(pair)
+            if queue is None:
+                queue = self._pairs[pair] = collections.deque()
+                nursery.start_soon(self._carry_out, pair, queue, limiter)
+            queue.append(op)
+            self._in_flight += 1
+
+    async def _carry_out(self, pair: tuple[str, str], queue: collections.deque[_Op],
+                         limiter: trio.CapacityLimiter) -> None:  # fmt: skip
+        """One pair's changes, in order, until its queue is empty (then the pair has no worker until the next)."""
+        try:
+            while queue:
+                op = queue.popleft()
+                try:
+                    ok, started, answered = await trio.to_thread.run_sync(self._timed, op, limiter=limiter)
+                finally:
+                    self._in_flight -= 1
+                self._done(op, ok, started, answered)
+        finally:
+            del self._pairs[pair]
+
+    def _done(self, op: _Op, ok: bool, started: float, answered: float) -> None:
+        if not ok and op.kind == "up":
+            op.peering.failed = True
+            if self.peerings_made.get(op.lid) is op.peering:
+                del self.peerings_made[op.lid]  # not made: a reconcile makes it again while wanted
+            p = op.peering
+            if self._retry_at is None and self.reachable(p.dialer) and self.reachable(p.listener):
+                self._retry_at = self.now() + RETRY_S  # an error, not an end down: asked again soon
+        if ok:
+            now = self.now()
+            if op.kind == "shape":
+                self.reshape_delays.append(now - op.scheduled)
+            elif op.start:
+                self.start_delays.append(now - op.scheduled)
+            else:
+                self.delays[op.kind].append(now - op.scheduled)
+                self.stages[op.kind].append((started - op.scheduled, answered - started, now - answered))
+
+    def _timed(self, op: _Op) -> tuple[bool, float, float]:
+        """``_do``, with when it began and when it came back."""
+        started = self.now()
+        return self._do(op), started, self.now()
 
     def _do(self, op: _Op) -> bool:
         if op.kind == "shape":
@@ -433,7 +477,12 @@ class DockerRadioLinks(MovingRadios):
             "up_p50": ms(self.delays["up"], 50), "up_p99": ms(self.delays["up"], 99),
             "down_p50": ms(self.delays["down"], 50), "down_p99": ms(self.delays["down"], 99),
             "tick_late_p99": ms(self.late_s, 99),
+            "stages": {kind: {f"{stage}_{q}": ms([x[i] for x in self.stages[kind]], q)
+                              for i, stage in enumerate(("wait", "call", "back")) for q in (50, 99)}
+                       for kind in ("up", "down")},
             "mean_ms": None if not both else round(statistics.fmean(both) * 1000, 1)},
+            "start_ms": {"links": len(self.start_delays), "p50": ms(self.start_delays, 50),
+                         "p99": ms(self.start_delays, 99), "max": ms(self.start_delays, 100)},
             "failed_changes": len(self.failures), "failures": self.failures[:10],
             "skipped_changes": len(self.skipped), "skipped": self.skipped[:10], "already_closed": self.already_closed,
             "held": len(self._held),

@@ -7,13 +7,14 @@ test_admin_shape_port.py; the whole of it on Docker: tests/orchestrator/chaos/te
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 import pytest
 import trio
 
 from contract.links import LinkShape, resolve_class
-from orchestrator.backends.docker_mobility import DockerRadioLinks
+from orchestrator.backends.docker_mobility import DockerRadioLinks, _Op, _Peering
 from orchestrator.backends.docker_net import plan_addresses
 from orchestrator.backends.docker_observe import AdminError
 from orchestrator.backends.inproc_mobility import RadioLinks
@@ -105,7 +106,7 @@ def moving() -> tuple[DockerRadioLinks, FakeAdmin]:
 def _carry_out(links: DockerRadioLinks) -> list[str]:
     """The changes asked for so far, carried out as DockerRadioLinks.run does (each pair's in order)."""
     ops, links._ops = links._ops, []
-    trio.run(links._carry_out, ops, trio.CapacityLimiter(4))
+    trio.run(links.carry_out, ops, trio.CapacityLimiter(4))
     assert not links.failures and not links.reshape_failures, links.failures + links.reshape_failures
     return [op.kind for op in ops]
 
@@ -187,3 +188,39 @@ def test_a_down_closes_the_peering_the_dialer_lists_for_the_link_not_the_port_th
     assert (down.kind, again.kind) == ("down", "up") and links._do(down)
     assert 11 in admin.peers["a"] and links.report()["already_closed"] == 1  # the fixed link stays
     assert links._do(again) and up.port == 11 and again.peering.port == 12  # made again on a fresh port
+
+
+def test_a_pairs_changes_keep_their_order_and_a_slow_one_holds_up_no_other_pair(
+        moving: tuple[DockerRadioLinks, FakeAdmin], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A tick's changes start at once, whatever an earlier tick's still does: a pair's down whose node is slow to
+    answer holds up that pair's next change (its order is kept) and no other pair's."""
+    links, _ = moving
+    gate, seen = threading.Event(), []
+
+    def do(op: _Op) -> bool:
+        if op.peering.dialer == "s":
+            assert gate.wait(30), "the slow change was never let through"
+        seen.append((op.peering.dialer, op.kind))
+        return True
+
+    monkeypatch.setattr(links, "_do", do)
+
+    def op(kind: str, dialer: str) -> _Op:
+        return _Op(kind, _Peering(dialer, "z", f"tcp://10.9.0.1:7000?class=lan&from={dialer}", "lan"), links.now())
+
+    async def main() -> None:
+        limiter = trio.CapacityLimiter(4)
+        async with trio.open_nursery() as nursery:
+            links._queue([op("down", "s")], nursery, limiter)  # one tick: s's down, slow
+            links._queue([op("up", "s"), op("up", "a")], nursery, limiter)  # the next tick's
+            with trio.fail_after(30):
+                while ("a", "up") not in seen:
+                    await trio.sleep(0.01)
+            assert seen == [("a", "up")] and links.busy  # a's up done while s's down still waits
+            gate.set()
+        assert seen == [("a", "up"), ("s", "down"), ("s", "up")] and not links.busy
+
+    trio.run(main)
+    assert len(links.delays["up"]) == 2 and len(links.delays["down"]) == 1
+    assert all(wait >= 0 and call >= 0 and back >= 0 for kind in ("up", "down") for wait, call, back in
+               links.stages[kind])  # fmt: skip

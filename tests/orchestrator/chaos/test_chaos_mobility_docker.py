@@ -97,10 +97,11 @@ def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp
         assert (m["model"], m["link_ups"], m["link_downs"], m["moved_s"]) == ("trace", 7, 8, 24.0)
         effect = m["effect_ms"]
         assert m["failed_changes"] == 0, m["failures"]
-        # and the 4 links in range at the start; the faults: kill b (a--b's two cut) and restart it (made again),
-        # partition a, c | b, d, e (a--b's two and c--e cut) and heal (made again), e resumed (c--e closed and made
-        # again), link_down a--b (two cut) and link_up: 7 + 8 + 4 + (2 + 2) + (3 + 3) + (1 + 1) + (2 + 2)
-        assert effect["changes"] == 7 + 8 + 4 + 4 + 6 + 2 + 4, effect
+        # and the faults: kill b (a--b's two cut) and restart it (made again), partition a, c | b, d, e (a--b's two
+        # and c--e cut) and heal (made again), e resumed (c--e closed and made again), link_down a--b (two cut) and
+        # link_up: 7 + 8 + (2 + 2) + (3 + 3) + (1 + 1) + (2 + 2); the 4 links in range at the start apart
+        assert effect["changes"] == 7 + 8 + 4 + 6 + 2 + 4, effect
+        assert m["start_ms"]["links"] == 4 and 0 < m["start_ms"]["p50"] <= m["start_ms"]["max"], m["start_ms"]
         assert m["skipped_changes"] == 0 and m["held"] == 0, m
         faults = [s for s in out["steps"] if s["action"] not in ("wait", "check")]
         assert [s["action"] for s in faults] == ["kill", "restart", "partition", "heal", "pause", "link_down",
@@ -110,6 +111,9 @@ def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp
         assert [s["verdict"] for s in out["steps"] if s["action"] == "check"] == ["pass"] * 2, out["steps"]
         assert faults[2]["confirmed"]["how"].startswith("partition: 2 cut link(s)"), faults[2]  # a--b, c--e
         assert 0 < effect["p50"] <= effect["p99"], effect  # measured (the 30-node figures: docs/mobility.md)
+        for kind, parts in effect["stages"].items():  # each change's delay in parts, each part within the whole
+            assert all(parts[f"{p}_{q}"] is not None and 0 <= parts[f"{p}_{q}"] <= effect[f"{kind}_p{q}"] + 0.2
+                       for p in ("wait", "call", "back") for q in (50, 99)), (kind, effect)
         end = m["peered_at_end"]  # what the nodes list, read from their admin APIs, is what the radio graph says
         assert end["made"] == end["peered"] == m["radio_links"] == 3 and not end["missing"] and not end["extra"]
         # loss over distance: 58 reshapes of LAN peerings (as in process: 46 as the distance's whole percent
