@@ -288,7 +288,8 @@ class DockerRadioLinks(MovingRadios):
                 finally:
                     self._in_flight -= 1
                 self._done(op, ok, started, answered)
-        finally:
+        finally:  # cancelled (the run ends): what was still queued is not carried out, nor counted in flight
+            self._in_flight -= len(queue)
             del self._pairs[pair]
 
     def _done(self, op: _Op, ok: bool, started: float, answered: float) -> None:

@@ -224,3 +224,32 @@ def test_a_pairs_changes_keep_their_order_and_a_slow_one_holds_up_no_other_pair(
     assert len(links.delays["up"]) == 2 and len(links.delays["down"]) == 1
     assert all(wait >= 0 and call >= 0 and back >= 0 for kind in ("up", "down") for wait, call, back in
                links.stages[kind])  # fmt: skip
+
+
+def test_changes_still_queued_when_the_run_ends_are_not_counted_in_flight(
+        moving: tuple[DockerRadioLinks, FakeAdmin], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    links, _ = moving
+    entered, gate, seen = threading.Event(), threading.Event(), []
+
+    def do(op: _Op) -> bool:
+        entered.set()
+        assert gate.wait(30), "never let through"
+        seen.append(op.kind)
+        return True
+
+    monkeypatch.setattr(links, "_do", do)
+    peering = _Peering("a", "b", "tcp://10.9.0.1:7000?class=lan", "lan")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            links._queue([_Op("down", peering, links.now()), _Op("up", peering, links.now())], nursery,
+                         trio.CapacityLimiter(4))  # fmt: skip
+            with trio.fail_after(30):
+                while not entered.is_set():
+                    await trio.sleep(0.01)
+            assert links.busy
+            nursery.cancel_scope.cancel()  # the run ends while the down is being carried out
+            gate.set()
+
+    trio.run(main)
+    assert seen == ["down"] and not links.busy and not links._pairs  # the up was never asked
