@@ -175,3 +175,22 @@ def test_a_failing_steps_flight_recorder_is_on_the_timeline_at_that_step(tmp_pat
                                       ".map(r => r.cells[0].textContent + ' ' + r.cells[5].textContent)")
         assert dropped == [f"n0{i} 0" if i != 3 else f"n03 {dump['dropped']} adversary" for i in range(1, 9)]
         screenshot(page, "view-flight-recorder-dump.png")
+
+
+def test_a_script_error_and_a_lost_request_show_on_the_page(flap: tuple[Path, dict]) -> None:
+    """An exception in the page's script shows in its error line, not only in the console; a node's details asked
+    for while the server is gone end in the panel naming the request, after the page asked again."""
+    run, _ = flap
+    with chromium() as page:
+        with served(["view", str(run), "--listen", "127.0.0.1:0"]) as (url, proc):
+            _open(page, url)
+            page.execute_script("const s = document.createElement('script'); "  # a script of the page's own origin
+                                "s.textContent = `throw new Error('planted failure')`; document.body.append(s)")
+            wait_page(page, "the script error", lambda d: "planted failure" in d.find_element("id", "error").text)
+            assert page.find_element("id", "error").text == "page error: Uncaught Error: planted failure"
+            proc.terminate()
+            proc.wait(timeout=20)
+        page.execute_script("document.querySelector(`#nodes .node[data-name='n05']`)"
+                            ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+        text = wait_page(page, "the failed request", lambda d: d.find_element("id", "details").text)
+        assert text.startswith("Error: /api/node/n05?t=") and "Failed to fetch" in text, text

@@ -82,8 +82,10 @@ def wait_page(driver: Any, what: str, pred: Callable[[Any], Any], timeout_s: flo
         if value:
             return value
         if time.monotonic() > deadline:
-            state = driver.execute_script("return {...document.body.dataset, error: document.getElementById('error')"
-                                          ".textContent}")
+            state = driver.execute_script(
+                "const d = document.getElementById('details'); return {...document.body.dataset, "
+                "panelOpen: document.body.classList.contains('panel'), error: document.getElementById('error')"
+                ".textContent, details: d ? d.innerText.slice(0, 400) : null}")
             raise AssertionError(f"page did not show {what} within {timeout_s} s: {state}")
         time.sleep(poll_s)
 
