@@ -8,15 +8,13 @@ writes to the router's outbox, and returns the reason to drop a peer rather than
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from . import wire
 from .broadcast_records import DictRecords, FlatRecords, KeyIndex, Records
 from .crypto import Identity
 from .errors import ProtocolError
 from .state import Outbox, PeerState, Timers, tree_distance, wall_ms
 from .tree import Tree
-from .types import BROADCAST_HOP_LIMIT, Frame, FrameType
+from .types import BROADCAST_HOP_LIMIT, Frame, FrameType, with_hop_limit
 
 __all__ = ["Broadcasts"]
 
@@ -40,7 +38,6 @@ class Broadcasts:
         self.t = timers
         self.wall_offset_ms = wall_offset_ms
         self.enabled = enabled
-        self.max_cached = max_cached
         self.outbox = outbox
         self.records: Records = FlatRecords(keys, max_cached) if keys is not None else DictRecords(max_cached)
         self.next_broadcast = 0.0
@@ -96,7 +93,7 @@ class Broadcasts:
         if frame.hop_limit <= 1:
             return None
         hl = frame.hop_limit - 1
-        out = replace(frame, hop_limit=hl)
+        out = with_hop_limit(frame, hl)
         peers = tree.peers
         if hl >= 4:
             targets = [q for q in tree.up_ports() if q != port]

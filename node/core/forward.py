@@ -24,7 +24,6 @@ used (``routes_valid_until``). Hop limiting (every hop rewrites the hop limit) t
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Final
 
 from . import wire
@@ -34,7 +33,7 @@ from .reasons import count_drop
 from .snek_api import SnekStrategy
 from .state import Encoded, Outbox, Send, Timers, with_watermark
 from .tree import Tree
-from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType
+from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType, with_hop_limit, without_destination_coords
 
 __all__ = ["TRANSIT_CACHE_MAX", "Forwarding", "TransitCache", "splice_watermark", "transit_key"]
 
@@ -260,7 +259,7 @@ class Forwarding:
         if frame.destination_coords:
             port = tree.next_hop(frame.destination_coords, from_port)
             if port is None:
-                frame = replace(frame, destination_coords=())
+                frame = without_destination_coords(frame)
         if port is None:
             nh = snek.next_hop(frame.destination_key, False, frame.watermark, now)
             port, wm = nh.port, nh.watermark
@@ -269,7 +268,7 @@ class Forwarding:
                 count_drop(self.outbox.counters, FrameType.TRAFFIC, "hop_limit")
                 self.outbox.dropped.append((from_port, frame, "hop_limit"))
                 return
-            frame = replace(frame, hop_limit=frame.hop_limit - 1)
+            frame = with_hop_limit(frame, frame.hop_limit - 1)
         if port == from_port or wm.worse_than(frame.watermark):
             reason = "loop" if port == from_port else "watermark"
             count_drop(self.outbox.counters, FrameType.TRAFFIC, reason)

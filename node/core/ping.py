@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from . import wire
-from .types import Frame
+from .types import Frame, with_payload
 
 __all__ = ["PingService", "PingResult", "PING", "PONG", "PING_TIMEOUT_S"]
 
@@ -92,7 +92,7 @@ class PingService:
         """The forwarding hook: count this hop on a Ping."""
         p = frame.payload
         if len(p) >= wire.PING_LEN and p[8] == PING and p[:8] == _PREAMBLE:
-            return replace(frame, payload=wire.increment_ping_hops(p))
+            return with_payload(frame, wire.increment_ping_hops(p))
         return frame
 
     def on_delivered(self, frame: Frame, now: float) -> bool:

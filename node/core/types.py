@@ -33,6 +33,9 @@ __all__ = [
     "MAX_HOP_LIMIT",
     "BROADCAST_HOP_LIMIT",
     "LOCAL_PORT",
+    "with_hop_limit",
+    "with_payload",
+    "without_destination_coords",
 ]
 
 KEY_LEN: Final = 32
@@ -155,6 +158,25 @@ class Frame:
         object.__setattr__(self, "source_coords", source_coords)
         object.__setattr__(self, "watermark", watermark)
         object.__setattr__(self, "payload", payload)
+
+
+# Per-frame copies, written out (as node.core.state.with_watermark is): dataclasses.replace runs interpreted, 5.8 %
+# of a 1 000-node run through the wakeup-broadcast burst, most of it the flood's one copy per admitted broadcast.
+def with_hop_limit(f: Frame, hop_limit: int) -> Frame:
+    """``dataclasses.replace(f, hop_limit=hop_limit)``."""
+    return Frame(f.type, hop_limit, f.destination_key, f.source_key, f.destination_coords, f.source_coords,
+                 f.watermark, f.payload)
+
+
+def with_payload(f: Frame, payload: bytes) -> Frame:
+    """``dataclasses.replace(f, payload=payload)``."""
+    return Frame(f.type, f.hop_limit, f.destination_key, f.source_key, f.destination_coords, f.source_coords,
+                 f.watermark, payload)
+
+
+def without_destination_coords(f: Frame) -> Frame:
+    """``dataclasses.replace(f, destination_coords=())``."""
+    return Frame(f.type, f.hop_limit, f.destination_key, f.source_key, (), f.source_coords, f.watermark, f.payload)
 
 
 @dataclass(frozen=True, slots=True)

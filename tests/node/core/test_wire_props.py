@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,9 @@ from node.core.types import (
     SigHop,
     SignedRootPayload,
     Watermark,
+    with_hop_limit,
+    with_payload,
+    without_destination_coords,
 )
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -217,3 +221,12 @@ def test_decoder_on_valid_then_garbage(sent: list[Frame], junk: bytes, cuts: lis
     with contextlib.suppress(ProtocolError):
         dec.feed(junk)
         assert dec.buffered <= len(junk)
+
+
+@given(frames, hops, st.binary(max_size=64))
+def test_the_hot_path_copies_equal_dataclasses_replace(frame: Frame, hop: int, payload: bytes) -> None:
+    """with_hop_limit, with_payload and without_destination_coords (the forwarding and flooding copies, written
+    out for speed) change the one field dataclasses.replace would, and keep every other."""
+    assert with_hop_limit(frame, hop) == dataclasses.replace(frame, hop_limit=hop)
+    assert with_payload(frame, payload) == dataclasses.replace(frame, payload=payload)
+    assert without_destination_coords(frame) == dataclasses.replace(frame, destination_coords=())
