@@ -32,11 +32,11 @@ kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, cast
 
 from . import wire
-from .state import Encoded
+from .state import Encoded, Output
 from .types import Frame, FrameType
 
 __all__ = [
@@ -143,6 +143,19 @@ class FlightRecorder:
         t: object = now  # boxed once, not once an entry
         for _, raw in frames:
             self._put(t, RECEIVED, port, _kept(raw), None)
+
+    def outputs(self, out: Output, now: float, gone: Callable[[int], bool]) -> None:
+        """One router drain as a simulator records it: the drops, the events and the sends; a send on a port that
+        ``gone(port)`` says has no open link is then recorded dropped (``peer_gone``), as a TCP node's to a peer
+        that has just left."""
+        for port, frame, reason in out.dropped:
+            self.dropped(port, frame, reason, now)
+        for kind, fields in out.events:
+            self.event(kind, fields, now)
+        self.sent(out.sends, now)
+        for port, item in out.sends:
+            if gone(port):
+                self.dropped(port, item.data if type(item) is Encoded else item, "peer_gone", now)
 
     def sent(self, sends: Sequence[tuple[int, Frame | Encoded]], now: float, objects: bool = True) -> None:
         """What the router sent (``Output.sends``: ``(port, Frame | Encoded)``), in order. ``objects`` False: the

@@ -20,14 +20,14 @@ from typing import Any, Callable, Iterable, Iterator
 import trio
 import trio.testing
 
-from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT, frame_type_slot
+from contract.frames import FRAME_TYPE_SLOTS, UNKNOWN_FRAME_SLOT
 from node.core import wire
 from node.core.attacks import make_strategy
 from node.core.broadcast_records import KeyIndex
 from node.core.crypto import Identity, derive_seed
 from node.core.ping import PingResult
 from node.core.recorder import DEFAULT_MAX_ENTRIES, RECEIVED, FlightRecorder
-from node.core.router import MAX_PORTS, Encoded, Output, Router, Timers
+from node.core.router import MAX_PORTS, Encoded, Router, Timers
 from node.core.types import Frame, LinkType
 from node.core.variants import VariantSpec
 from orchestrator.model.adversary_spec import NodeAdversary, adversaries_of
@@ -160,7 +160,8 @@ class InprocNetwork:
         self.on_wire: Callable[[LinkEnd, bytes, float], None] | None = None
         #: ``on_broken(link_id, node, reason)``: a router ended that (now down) peering for bad input; redial is the owner's
         self.on_broken: Callable[[int, str, str], None] | None = None
-        self._heap: list[tuple[float, int, int, Any]] = []
+        #: (time, tie, kind, a, b): a frame (_FRAME, link end, frame), a timer (_TIMER, node, None), a call (_CALL, fn)
+        self._heap: list[tuple[float, int, int, Any, Any]] = []
         self._tie = itertools.count()
         self.now = start
         self.nodes: dict[str, SimNode] = {}
@@ -228,8 +229,7 @@ class InprocNetwork:
     def _default_shaper(self, end_rng: random.Random) -> Shaper:
         mean = self.link_delay_s
 
-        def shape(now: float, nbytes: int) -> float:
-            # Uniform in [0.5, 1.5] x the mean: a random per-frame delay with the configured mean.
+        def shape(now: float, nbytes: int) -> float:  # uniform in [0.5, 1.5] x the mean
             return now + mean * (0.5 + end_rng.random())
 
         return shape
@@ -409,9 +409,9 @@ class InprocNetwork:
         self.held.add(name)
         heap = self._heap
         changed = False
-        for k, (t, tie, kind, item) in enumerate(heap):
-            if kind == _FRAME and item[0].peer == name and t != math.inf:
-                heap[k] = (math.inf, tie, kind, item)
+        for k, (t, tie, kind, end, data) in enumerate(heap):
+            if kind == _FRAME and end.peer == name and t != math.inf:
+                heap[k] = (math.inf, tie, kind, end, data)
                 changed = True
         if changed:
             heapq.heapify(heap)
@@ -437,13 +437,13 @@ class InprocNetwork:
         now = self.now
         self.held.discard(name)
         heap = self._heap
-        held = sorted((tie, item) for t, tie, kind, item in heap
-                      if kind == _FRAME and t == math.inf and item[0].peer == name)  # fmt: skip
+        held = sorted((tie, end, data) for t, tie, kind, end, data in heap
+                      if kind == _FRAME and t == math.inf and end.peer == name)  # fmt: skip
         if held:
-            heap[:] = [e for e in heap if not (e[2] == _FRAME and e[0] == math.inf and e[3][0].peer == name)]
+            heap[:] = [e for e in heap if not (e[2] == _FRAME and e[0] == math.inf and e[3].peer == name)]
             heapq.heapify(heap)
-            for tie, item in held:
-                heapq.heappush(heap, (now, tie, _FRAME, item))
+            for tie, end, data in held:
+                heapq.heappush(heap, (now, tie, _FRAME, end, data))
         for node in self.nodes.values():
             for end in node.ends.values():
                 if end.peer == name and end.last_arrival == math.inf:
@@ -458,7 +458,7 @@ class InprocNetwork:
 
     def call_at(self, t: float, fn: Callable[[float], None]) -> None:
         """Run ``fn(now)`` at protocol time ``t`` (observer ticks, chaos steps)."""
-        heapq.heappush(self._heap, (t, next(self._tie), _CALL, fn))
+        heapq.heappush(self._heap, (t, next(self._tie), _CALL, fn, None))
 
     @property
     def queued_events(self) -> int:
@@ -484,7 +484,7 @@ class InprocNetwork:
         clock = trio.lowlevel.current_clock()
         mock = clock if isinstance(clock, trio.testing.MockClock) else None
         while heap and heap[0][0] <= t_end:
-            t, _, kind, item = heapq.heappop(heap)
+            t, _, kind, item, frame = heapq.heappop(heap)
             if t > synced + quantum_s:
                 if mock is None or not _idle_until(t + offset):
                     if mock is not None and synced + offset > trio.current_time():
@@ -493,7 +493,7 @@ class InprocNetwork:
                 synced = t  # crossed: asleep, or on the MockClock with nothing due before t, without a round
             self.now = t
             if kind == _FRAME:
-                end, frame = item
+                end = item
                 if not end.up:
                     continue
                 node = self.nodes[end.peer]
@@ -511,7 +511,7 @@ class InprocNetwork:
                     node.frames_in[FRAME_TYPE_SLOTS[frame[5]]] += 1
                     node.router.bytes_received(end.peer_port, [(frame[5], frame)], t)
                 else:
-                    node.frames_in[frame_type_slot(int(frame.type))] += 1
+                    node.frames_in[FRAME_TYPE_SLOTS[frame.type]] += 1
                     node.router.frame_received(end.peer_port, frame, t)
                 self.frames_delivered += 1
                 self._flush(node)
@@ -533,20 +533,6 @@ class InprocNetwork:
             await trio.sleep_until(max(t_end + offset, trio.current_time()))
             self.now = t_end
 
-    def _record_outputs(self, node: SimNode, rec: FlightRecorder, out: Output, now: float) -> None:
-        """Into ``node``'s flight recorder: its router's drops, events and sends (a send with no link to go on is
-        then recorded dropped, as a TCP node's to a peer just gone)."""
-        for port, frame, reason in out.dropped:
-            rec.dropped(port, frame, reason, now)
-        for kind, fields in out.events:
-            rec.event(kind, fields, now)
-        rec.sent(out.sends, now)
-        ends = node.ends
-        for port, item in out.sends:
-            end = ends.get(port)
-            if end is None or not end.up:
-                rec.dropped(port, item.data if type(item) is Encoded else item, "peer_gone", now)
-
     def _flush(self, node: SimNode) -> None:
         """Move a router's outputs (one :meth:`Router.drain`) onto links, observers and its timer."""
         out = node.router.drain()
@@ -556,7 +542,9 @@ class InprocNetwork:
         heap, tie, push = self._heap, self._tie, heapq.heappush
         rec = node.recorder
         if rec is not None:
-            self._record_outputs(node, rec, out, now)
+            rec.outputs(out, now, lambda port: (e := ends.get(port)) is None or not e.up)
+        last: Any = None  # a flood sends one frame object on every port: encoded once per drain
+        last_data: Any = None
         for port, item in out.sends:
             end = ends.get(port)
             if end is None or not end.up:
@@ -564,10 +552,14 @@ class InprocNetwork:
             data: Any = item
             size = 0
             if wire_bytes:
-                data = item.data if type(item) is Encoded else wire.encode_frame(item)
+                if item is not last:
+                    last, last_data = item, item.data if type(item) is Encoded else wire.encode_frame(item)
+                data = last_data
                 size = len(data)
             elif end.sized:
-                size = len(wire.encode_frame(item))  # no Encoded without wire bytes: bytes_received is unused
+                if item is not last:  # no Encoded without wire bytes: bytes_received is unused
+                    last, last_data = item, wire.encode_frame(item)
+                size = len(last_data)
             if on_frame is not None:
                 on_frame(node, "sent", wire.decode_frame(data) if type(item) is Encoded else item, end.link_class, now)
             if on_wire is not None:
@@ -580,7 +572,7 @@ class InprocNetwork:
             if arrival < end.last_arrival:
                 arrival = end.last_arrival
             end.last_arrival = arrival
-            push(heap, (arrival, next(tie), _FRAME, (end, data)))
+            push(heap, (arrival, next(tie), _FRAME, end, data))
         node.frames_out += len(out.sends)
         if out.events and self.on_event is not None:
             for kind, fields in out.events:
@@ -597,4 +589,4 @@ class InprocNetwork:
         d = out.next_deadline if out.next_deadline > now else now
         if d < node.timer_at:
             node.timer_at = d
-            heapq.heappush(self._heap, (d, next(self._tie), _TIMER, node))
+            heapq.heappush(self._heap, (d, next(self._tie), _TIMER, node, None))
