@@ -155,7 +155,7 @@ class FlightRecorder:
         self.sent(out.sends, now)
         for port, item in out.sends:
             if gone(port):
-                self.dropped(port, item.data if type(item) is Encoded else item, "peer_gone", now)
+                self.dropped(port, item.data if isinstance(item, Encoded) else item, "peer_gone", now)
 
     def sent(self, sends: Sequence[tuple[int, Frame | Encoded]], now: float, objects: bool = True) -> None:
         """What the router sent (``Output.sends``: ``(port, Frame | Encoded)``), in order. ``objects`` False: the
