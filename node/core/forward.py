@@ -31,9 +31,10 @@ from .codec import U16
 from .ping import PingService
 from .reasons import count_drop
 from .snek_api import SnekStrategy
-from .state import Encoded, Outbox, Send, Timers, with_watermark
+from .state import Encoded, Outbox, Send, Timers
 from .tree import Tree
-from .types import LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType, with_hop_limit, without_destination_coords
+from .types import (LOCAL_PORT, MAX_HOP_LIMIT, Frame, FrameType, with_hop_limit, with_watermark,
+                    without_destination_coords)
 
 __all__ = ["TRANSIT_CACHE_MAX", "Forwarding", "TransitCache", "splice_watermark", "transit_key"]
 

@@ -16,8 +16,7 @@ from .errors import ProtocolError
 from .reasons import count_drop
 from .snek import EXPIRY_S, Entry, NextHop, RoutingTable, SnekView
 from .snek_api import SnekHost, descending_moved
-from .state import with_watermark
-from .types import INITIAL_WATERMARK, Frame, FrameType, Root, Watermark
+from .types import INITIAL_WATERMARK, Frame, FrameType, Root, Watermark, with_watermark
 
 __all__ = ["SnekReference"]
 

@@ -21,11 +21,10 @@ from typing import Any, Final, NamedTuple
 from . import wire
 from .announce import ParsedAnnouncement
 from .ping import PingResult
-from .types import Announcement, Frame, Root, Watermark
+from .types import Announcement, Frame, Root
 
 __all__ = [
     "MAX_PORTS", "Encoded", "Outbox", "Output", "PeerState", "Send", "Timers", "frame_bytes", "tree_distance", "wall_ms",
-    "with_watermark",
 ]  # fmt: skip
 
 MAX_PORTS: Final = 253  # remote ports 1..253 (§3.3)
@@ -186,8 +185,3 @@ class Output:
         self.ping_results = ping_results
         self.next_deadline = next_deadline
         self.dropped = dropped
-
-
-def with_watermark(f: Frame, wm: Watermark) -> Frame:
-    """``dataclasses.replace(f, watermark=wm)``, without its per-call introspection (hot path)."""
-    return Frame(f.type, f.hop_limit, f.destination_key, f.source_key, f.destination_coords, f.source_coords, wm, f.payload)
