@@ -34,7 +34,7 @@ LAZY_BOUNDARIES: dict[str, tuple[frozenset[str], str, str]] = {
     "orchestrator.sessions.lifecycle": (
         frozenset({"orchestrator.backends.docker", "orchestrator.backends.docker_session", "orchestrator.backends.image",
                    "orchestrator.backends.image_reference", "orchestrator.backends.engine",
-                   "orchestrator.backends.swarm"}),
+                   "orchestrator.backends.swarm", "orchestrator.sessions.docker_moving"}),
         "docker",
         "`snekbed up --backend inproc` and `status` of an in-process run work without the docker extra; the "
         "Docker or swarm backend (orchestrator.backends.image imports the SDK) loads when such a run is asked for",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.model.hosting import radio_carriers
 from orchestrator.model.topology import Topology
 
 if TYPE_CHECKING:
@@ -58,7 +59,6 @@ __all__ = [
     "LinkNet",
     "AddressPlan",
     "plan_addresses",
-    "radio_carriers",
     "taken_subnets",
     "host_routes",
     "network_lock",
@@ -318,13 +318,6 @@ def _aligned_end(sizes: Iterable[int]) -> int:
     for size in sizes:
         end = -(-end // size) * size + size
     return end
-
-
-def radio_carriers(topology: Topology) -> dict[str, list[str]]:
-    """Each radio's carriers (docs/mobility.md): the nodes it names, else every node with a position or a
-    mobility model, in the topology's order."""
-    placed = [n.name for n in topology.nodes if n.position is not None or n.mobility is not None]
-    return {name: [n for n in placed if r.nodes is None or n in r.nodes] for name, r in (topology.radios or {}).items()}
 
 
 def host_routes(path: str = "/proc/net/route") -> list[Net]:

@@ -75,6 +75,9 @@ class DockerSession:
     keys: dict[str, str]  # node name -> public key hex
     endpoints: dict[str, str]  # node name -> admin HOST:PORT
     hosts: frozenset[str] = frozenset()  # host nodes: run by the user outside Docker, observed by admin API only
+    #: radio links made when the nodes stopped moving (meta.json ``mobility.radio_links_at_end``: ``up`` of a
+    #: topology with radios), as (a, b, link class); part of the live graph with the topology's fixed links
+    radio_edges: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
     def open(cls, run: RunDir, backend: DockerBackend | None = None) -> DockerSession:
@@ -92,7 +95,11 @@ class DockerSession:
         endpoints = backend.admin_endpoints(run.run_id, plan)
         hosts = plan.get("hosts") or {}
         endpoints.update({name: str(h["admin"]) for name, h in hosts.items()})
-        return cls(run, topo, backend, dict(meta.get("nodes") or {}), endpoints, frozenset(hosts))
+        moved = meta.get("mobility") or {}
+        radio_class = {name: str(r.get("class")) for name, r in (moved.get("radios") or {}).items()}
+        radio = tuple((str(a), str(b), radio_class.get(str(r), "unknown"))
+                      for a, b, r in moved.get("radio_links_at_end") or ())
+        return cls(run, topo, backend, dict(meta.get("nodes") or {}), endpoints, frozenset(hosts), radio)
 
     def refresh_endpoints(self) -> dict[str, str]:
         """Ask the backend again where each node's admin API is (a swarm task that restarted has a new port)."""
@@ -116,9 +123,11 @@ class DockerSession:
         return self.backend.running(self.run_id) | set(self.hosts)
 
     def live_graph(self, running: Iterable[str] | None = None) -> nx.Graph:
-        """The topology's graph restricted to nodes whose container runs."""
+        """The topology's graph (and :attr:`radio_edges`) restricted to nodes whose container runs."""
         alive = set(self.running() if running is None else running)
-        return self.topology.simple_graph().subgraph(alive).copy()
+        graph = self.topology.simple_graph()
+        graph.add_edges_from((a, b) for a, b, _ in self.radio_edges)
+        return graph.subgraph(alive).copy()
 
     def check_alive(self, expected: Iterable[str]) -> None:
         """Raise DockerBackendError naming every expected node whose container is not running, with its log tail."""
@@ -140,7 +149,13 @@ class DockerSession:
                                  + "\n".join(lines))
 
     def link_classes(self) -> dict[frozenset[str], str]:
-        return {frozenset((link.a, link.b)): link.link_class for link in self.topology.links}
+        """Each linked pair's link class; a pair joined by radio links alone has their classes, sorted and joined
+        by ``+`` when several radios join it (a ping crosses either)."""
+        radio: dict[frozenset[str], set[str]] = {}
+        for a, b, cls in self.radio_edges:
+            radio.setdefault(frozenset((a, b)), set()).add(cls)
+        fixed = {frozenset((link.a, link.b)): link.link_class for link in self.topology.links}
+        return {pair: "+".join(sorted(classes)) for pair, classes in radio.items()} | fixed
 
     def admin(self) -> AdminClient:
         return AdminClient(self.endpoints)

@@ -23,7 +23,7 @@ from contract.links import LinkClass
 from orchestrator.backends.docker_mobility import DockerRadioLinks
 from orchestrator.backends.radio_links import MobilityLog
 from orchestrator.chaos.docker_backend import DockerChaos
-from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
+from orchestrator.chaos.mobility_steps import MovementSteps
 from orchestrator.chaos.radio_faults import RadioFaults
 from orchestrator.model.mobility_spec import World
 from orchestrator.model.runs import RunDir
@@ -48,7 +48,7 @@ class MobileDockerChaos(RadioFaults, MovementSteps, DockerChaos):
         await super().start(nursery)
         assert self.plan is not None and self._admin is not None and nursery is not None
         log = MobilityLog(Path(self.run.path), self.run.run_id, time.time() - time.monotonic())
-        self.run.update_meta(mobility=mobility_meta(self.world))
+        self.run.update_meta(mobility=self.world.meta())
         self.radio = DockerRadioLinks(self.world, self.radio_classes, log, topology=self.topology, plan=self.plan,
                                       admin=self._admin, available=lambda n: n in self._live(),
                                       blocked=self.blocked, reachable=lambda n: n in self._live(),

@@ -29,7 +29,6 @@ from node.config import HostPort
 from node.core.variants import VariantSpec
 from node.httpserve import serve_app
 
-from orchestrator.backends.docker_net import radio_carriers
 from orchestrator.backends.inproc import DEFAULT_BOOT_SPREAD_S, SimNode
 from orchestrator.chaos.backend import ChaosBackend, DeferredRemoval
 from orchestrator.chaos.ground_keys import with_planned_keys
@@ -38,7 +37,8 @@ from orchestrator.chaos.inproc_mobile import MobileInprocChaos
 from orchestrator.chaos.runner import Progress, run_scenario
 from orchestrator.chaos.trace import TraceHash
 from orchestrator.chaos.scenario import Kill, Pause, RemoveNode, Restart, Resume, Scenario, ScenarioError, load_scenario
-from orchestrator.model.hosting import REAL_TIME_BACKENDS, in_process_refusal, mobility_refusal, reference_nodes
+from orchestrator.model.hosting import (REAL_TIME_BACKENDS, docker_radio_refusal, in_process_refusal, mobility_refusal,
+                                        reference_nodes)
 from orchestrator.model.mobility_loaders import read_traces
 from orchestrator.model.mobility_spec import build_world
 from orchestrator.model.runs import create_run, new_run_id, runs_root
@@ -373,12 +373,9 @@ def _docker_backend(topology: Topology | None, sc: Scenario, o: ChaosOptions, sw
 def _docker_world(sc: Scenario, topology: Topology, full: Topology, o: ChaosOptions) -> Any:
     """The movement of a Docker run of ``full`` (a topology with radios; its traces read where ``topology``'s file
     is), or ChaosSetupError for what Docker cannot move: host nodes and Pinecone reference nodes on a radio."""
-    on_radio = {n for members in radio_carriers(full).values() for n in members}
-    odd = sorted(n.name for n in full.nodes if n.name in on_radio and (n.host or n.variant_spec().implementation
-                                                                        == "reference"))
-    if odd:
-        raise ChaosSetupError(f"scenario {sc.name}: {', '.join(odd)}: a host node or a Pinecone reference node cannot "
-                              "be on a radio on Docker (its peerings are made through snekbed's admin API)")
+    refused = docker_radio_refusal(full)
+    if refused is not None:
+        raise ChaosSetupError(f"scenario {sc.name}: {refused}")
     return build_world(full, o.seed, read_traces(topology))
 
 

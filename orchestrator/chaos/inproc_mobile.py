@@ -25,7 +25,7 @@ from contract.links import LinkClass
 
 from orchestrator.backends.inproc_mobility import MobilityLog, RadioLinks
 from orchestrator.chaos.inproc_backend import InprocChaos
-from orchestrator.chaos.mobility_steps import MovementSteps, mobility_meta
+from orchestrator.chaos.mobility_steps import MovementSteps
 from orchestrator.chaos.radio_faults import RadioFaults
 from orchestrator.model.mobility_spec import World
 from orchestrator.model.topology import Topology
@@ -45,7 +45,7 @@ class MobileInprocChaos(RadioFaults, MovementSteps, InprocChaos):
         self.init_radio_faults()
         log = None
         if self.recorder is not None:
-            self.recorder.meta["mobility"] = mobility_meta(world)
+            self.recorder.meta["mobility"] = world.meta()
             log = MobilityLog(Path(self.recorder.root), self.recorder.run_id, self.recorder.wall_offset_s)
         self.radio = RadioLinks(self.net, world, radio_classes, log, available=self._live, blocked=self.blocked,
                                 cut=self._cut_radio)  # fmt: skip

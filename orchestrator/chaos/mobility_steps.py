@@ -22,14 +22,7 @@ from orchestrator.model.mobility_change import change_rng, member_mover, model_m
 from orchestrator.model.mobility_spec import GroupSpec, StaticSpec, World, region_mover
 from orchestrator.model.topology import Topology
 
-__all__ = ["MovementSteps", "mobility_meta"]
-
-
-def mobility_meta(world: World) -> dict[str, Any]:
-    """``meta.json``'s ``mobility`` key for a run moving ``world`` (contract.dataset)."""
-    return {"model": world.model, "tick_s": world.tick_s, "duration_s": world.duration_s,
-            "radios": {r.name: {"range_m": r.range_m, "class": r.link_class, "hysteresis": r.hysteresis}
-                       for r in world.radios}}  # fmt: skip
+__all__ = ["MovementSteps"]
 
 
 class MovementSteps:

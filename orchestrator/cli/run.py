@@ -31,7 +31,7 @@ from orchestrator.backends.docker_net import DockerBackendError
 from orchestrator.backends.image_common import ImageError
 from orchestrator.cli.options import BadInput
 from orchestrator.cli.render import sim_table
-from orchestrator.model.hosting import in_process_refusal, mobility_refusal
+from orchestrator.model.hosting import docker_radio_refusal, in_process_refusal, mobility_refusal
 from orchestrator.model.runs import RunDir, RunError, check_new_run, create_run, new_run_id, open_run, runs_root
 from orchestrator.model.topology import Topology, TopologyError
 from orchestrator.model.topology_loaders import load_topology
@@ -204,7 +204,9 @@ def _refuse_flags(topo: Topology, backend_name: str, monitoring: bool, shaping: 
     refused = in_process_refusal(topo.variants(), backend_name)
     if refused is not None:  # nodes of the Pinecone reference, in process
         raise click.UsageError(refused)
-    moving = mobility_refusal(topo.radios, f"--backend {backend_name}") if backend_name != "inproc" else None
+    moving = mobility_refusal(topo.radios, f"--backend {backend_name}") if backend_name == "swarm" else None
+    if moving is None and backend_name == "docker" and topo.radios:
+        moving = docker_radio_refusal(topo)
     if moving is not None:
         raise click.UsageError(moving)
     if backend_name == "inproc" and monitoring:
@@ -263,11 +265,16 @@ def _print_up(done: Any, topo: Topology, run: RunDir, timeout_s: float, as_json:
     con = _console()
     con.print(_node_table(done.session.status(), f"snekbed up: {topo.name} (run {run.run_id})"))
     state = "[green]converged[/]" if conv.converged else f"[red]not converged after {timeout_s:g} s[/]"
-    con.print(f"{state}: tree {_fmt(conv.tree_s)} s, snake {_fmt(conv.snake_s)} s after the last container "
-              f"started; networks {result.network_s:.1f} s, containers {result.container_s:.1f} s; "
-              f"shaping {result.shaping_backend}; run dir {run.path}")
+    since = "the nodes stopped moving" if "mobility" in out else "the last container started"
+    con.print(f"{state}: tree {_fmt(conv.tree_s)} s, snake {_fmt(conv.snake_s)} s after {since}; networks "
+              f"{result.network_s:.1f} s, containers {result.container_s:.1f} s; shaping {result.shaping_backend}; "
+              f"run dir {run.path}")
     if out["prometheus"]:
         con.print(f"Prometheus: {out['prometheus']} (scrapes every node of the run; removed by snekbed down)")
+    if (m := out.get("mobility")) is not None:
+        con.print(f"moved {m['moved_s']:g} s: radio links {m['link_ups']} up, {m['link_downs']} down, "
+                  f"{len(m['radio_links_at_end'])} up where the nodes stopped (convergence timed from then); "
+                  f"changes in effect after p50 {m['effect_ms']['p50']} ms, p99 {m['effect_ms']['p99']} ms")
 
 
 def _print_inproc(out: dict[str, Any], run: RunDir, as_json: bool) -> None:

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 
 from node.core.variants import VariantSpec
 
+from orchestrator.model.topology import Topology
+
 __all__ = ["REAL_TIME_BACKENDS", "IN_PROCESS_REFUSAL", "HostingError", "reference_nodes", "in_process_refusal",
            "require_in_process", "mobility_refusal"]
 
@@ -52,12 +54,30 @@ def require_in_process(specs: Mapping[str, VariantSpec], backend: str = "inproc"
 
 
 def mobility_refusal(radios: Iterable[str], what: str) -> str | None:
-    """None when the topology declares no ``radios``; else why ``what`` (``--backend docker``, ``snekbed chaos``,
-    ...) cannot run it: only ``snekbed sim``, ``up --backend inproc`` and ``chaos`` (in process, and on Docker
-    without faults) move nodes yet (docs/mobility.md)."""
+    """None when the topology declares no ``radios``; else why ``what`` (``--backend swarm``, a compose file, ...)
+    cannot run it: only ``snekbed sim``, ``up`` and ``chaos`` in process and on Docker move nodes (docs/mobility.md)."""
     names = sorted(radios)
     if not names:
         return None
     return (f"the topology's nodes move and are linked by radios ({', '.join(names)}): only these runs move "
-            f"them yet (snekbed sim, snekbed up --backend inproc, snekbed chaos --backend inproc|docker; "
+            f"them (snekbed sim, snekbed up --backend inproc|docker, snekbed chaos --backend inproc|docker; "
             f"docs/mobility.md), not {what}")
+
+
+def radio_carriers(topology: Topology) -> dict[str, list[str]]:
+    """Each radio's carriers (docs/mobility.md): the nodes it names, else every node with a position or a
+    mobility model, in the topology's order."""
+    placed = [n.name for n in topology.nodes if n.position is not None or n.mobility is not None]
+    return {name: [n for n in placed if r.nodes is None or n in r.nodes] for name, r in (topology.radios or {}).items()}
+
+
+def docker_radio_refusal(topology: Topology) -> str | None:
+    """None, or why Docker cannot move ``topology``'s nodes: a host node or a Pinecone reference node on a radio
+    (Docker makes and closes radio peerings through snekbed's admin API, which neither has)."""
+    on_radio = {n for members in radio_carriers(topology).values() for n in members}
+    odd = sorted(n.name for n in topology.nodes
+                 if n.name in on_radio and (n.host or n.variant_spec().implementation == "reference"))
+    if not odd:
+        return None
+    return (f"{', '.join(odd)}: a host node or a Pinecone reference node cannot be on a radio on Docker (its "
+            "peerings are made through snekbed's admin API)")

@@ -274,6 +274,12 @@ class World:
         """The models of the run's movers, sorted and joined by ``+`` (``random_waypoint+static``)."""
         return "+".join(sorted({m.model for m in self.movers.values()}))
 
+    def meta(self) -> dict[str, Any]:
+        """``meta.json``'s ``mobility`` key for a run that moves this world (contract.dataset)."""
+        return {"model": self.model, "tick_s": self.tick_s, "duration_s": self.duration_s,
+                "radios": {r.name: {"range_m": r.range_m, "class": r.link_class, "hysteresis": r.hysteresis}
+                           for r in self.radios}}  # fmt: skip
+
 
 def region_mover(spec: RandomWaypointSpec | GaussMarkovSpec, rng: Any, start: Any) -> Mover:
     """The random waypoint or Gauss-Markov mover ``spec`` says, drawing from ``rng``, starting at ``start`` (None:

@@ -15,6 +15,7 @@ in-process run work without the docker extra.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,14 +211,42 @@ def up_docker(topology: Topology, run: RunDir, prep: DockerPrep, *, seed: int, t
     prometheus_url = started[0] if started else None
     if prometheus_url is not None:
         run.update_meta(monitoring={"prometheus": prometheus_url, "exporter": None})
+    mobility = None
+    if topology.radios:  # the nodes move for the movement's duration, then the network is judged where they stopped
+        mobility, conv = _move_then_converge(topology, run, session, result.plan, conv, seed=seed,
+                                             timeout_s=timeout_s, callbacks=cb)
     out = {"run_id": run.run_id, "run_dir": str(run.path), "topology": topology.name, "backend": backend.name,
            "nodes": len(result.containers) + len(result.hosts),
            "host_nodes": {n: h.to_dict() for n, h in result.hosts.items()},
            "links": len(result.plan.links), "image": prep.image, "reference_image": prep.reference_image,
            "shaping_backend": result.shaping_backend, "shaping_unapplied": run.meta().get("shaping_unapplied", []),
            "networks_s": round(result.network_s, 3), "containers_s": round(result.container_s, 3), **conv.summary(),
-           "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url}
+           "links_refused": run.meta().get("links_refused", []), "prometheus": prometheus_url,
+           **({"mobility": mobility} if mobility is not None else {})}
     return DockerUp(session, result, conv, out)
+
+
+def _move_then_converge(topology: Topology, run: RunDir, session: DockerSession, plan: AddressPlan,
+                        before: Convergence, *, seed: int, timeout_s: float,
+                        callbacks: UpCallbacks) -> tuple[dict[str, Any], Convergence]:
+    """Move the nodes (orchestrator.sessions.docker_moving), then wait for convergence on the graph where they
+    stopped, timed from then; the ``mobility`` report (with the convergence before they moved as ``before``) and
+    that convergence. Rolls the run back on any failure (UpError; KeyboardInterrupt propagates after it)."""
+    from orchestrator.backends.docker_session import roll_back
+    from orchestrator.sessions.docker_moving import move_nodes
+
+    try:
+        mobility = move_nodes(topology, run, session, plan, seed=seed, progress=callbacks.phase)
+        conv = session.converge(t0=time.monotonic(), timeout_s=timeout_s, what="movement",
+                                progress=callbacks.converging)
+    except (DockerBackendError, OSError, RuntimeError) as exc:
+        roll_back(run, session.backend, exc)
+        raise UpError(f"moving the nodes: {exc}\n({rolled_back(run)})") from exc
+    except BaseException as exc:
+        roll_back(run, session.backend, exc)
+        raise
+    run.update_meta(observer={**run.meta().get("observer", {}), "movement": conv.summary()})
+    return {**mobility, "before": before.summary()}, conv
 
 
 def rolled_back(run: RunDir) -> str:

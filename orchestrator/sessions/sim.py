@@ -152,9 +152,7 @@ def _recorder(cfg: SimConfig, net: InprocNetwork) -> RunRecorder:
     if others:
         meta["variants"] = others
     if cfg.world is not None:
-        meta["mobility"] = {"model": cfg.world.model, "tick_s": cfg.world.tick_s, "duration_s": cfg.world.duration_s,
-                            "radios": {r.name: {"range_m": r.range_m, "class": r.link_class,
-                                                "hysteresis": r.hysteresis} for r in cfg.world.radios}}
+        meta["mobility"] = cfg.world.meta()
     return RunRecorder(Path(cfg.record), run_id, wall_offset_s, meta, topo)
 
 

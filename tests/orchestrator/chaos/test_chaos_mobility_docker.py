@@ -13,47 +13,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from contract.dataset import validate_record
-from contract.mobility import MOBILITY_FIELDS
 from orchestrator.chaos.engine import ChaosOptions, execute
 from orchestrator.chaos.scenario import parse_scenario_yaml
 from orchestrator.model.topology_loaders import load_topology
 from tests.orchestrator.docker_helpers import left_behind
+from tests.orchestrator.trace_walk import trace_links, write_trace_walk
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
-
-#: c crosses the others' ranges and comes back, d passes by along y = 30, e walks away: 7 ups and 8 downs
-TRACE = """\
-$node_(0) set X_ 0.0
-$node_(0) set Y_ 0.0
-$node_(1) set X_ 8.0
-$node_(1) set Y_ 0.0
-$node_(2) set X_ 50.0
-$node_(2) set Y_ 0.0
-$node_(3) set X_ 0.0
-$node_(3) set Y_ 30.0
-$node_(4) set X_ 20.0
-$node_(4) set Y_ 0.0
-$ns_ at 1.0 "$node_(2) setdest 0.0 1.0 5.0"
-$ns_ at 2.0 "$node_(3) setdest 100.0 30.0 8.0"
-$ns_ at 3.0 "$node_(4) setdest 80.0 0.0 4.0"
-$ns_ at 12.0 "$node_(2) setdest 60.0 5.0 6.0"
-"""
-
-TOPOLOGY = """\
-name: tracewalk
-movement: {tick_s: 0.5, duration_s: 24}
-radios:
-  bluetooth: {range_m: 10}
-  lan: {range_m: 25, class: lan, loss: {edge_pct: 10, start_fraction: 0.2}}
-nodes:
-""" + "".join(f"  - {{name: {n}, mobility: {{model: trace, file: moves.tcl, id: {i}}}}}\n" for i, n in enumerate("abcde"))
 
 SCENARIO = """\
 name: trace-walk
@@ -73,17 +44,8 @@ steps:
 """
 
 
-def _links(run: Path, run_id: str) -> list[tuple[Any, ...]]:
-    lines = (run / "mobility.jsonl").read_text().splitlines()
-    assert all(validate_record(line, MOBILITY_FIELDS, run_id) is None for line in lines)
-    rows = [json.loads(line) for line in lines]
-    return [(r["kind"], r["a"], r["b"], r["radio"], r["cause"]) for r in rows if r["kind"] != "position"]
-
-
 def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp_path: Path) -> None:
-    (tmp_path / "moves.tcl").write_text(TRACE)
-    topo = tmp_path / "trace.yaml"
-    topo.write_text(TOPOLOGY)
+    topo = write_trace_walk(tmp_path)
     sc = tmp_path / "walk.yaml"
     sc.write_text(SCENARIO)
     done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "chaos", str(sc), "--topology", str(topo),
@@ -129,7 +91,7 @@ def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp
         assert out["watch"]["readings"] >= 4 and out["watch"]["verdict"] == "pass"
         assert out["traffic"]["delivered"] > 0
         run = Path(out["run_dir"])
-        docker_links = _links(run, run.name)
+        docker_links = trace_links(run, run.name)
         meta = json.loads((run / "meta.json").read_text())
         assert meta["mobility"]["radios"]["bluetooth"]["range_m"] == 10.0
     finally:
@@ -138,4 +100,4 @@ def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp
     topology = load_topology(topo)
     inproc = tmp_path / "inproc"
     execute(parse_scenario_yaml(SCENARIO, topology=topology), topology, ChaosOptions(record=inproc))
-    assert _links(inproc, json.loads((inproc / "meta.json").read_text())["run_id"]) == docker_links
+    assert trace_links(inproc, json.loads((inproc / "meta.json").read_text())["run_id"]) == docker_links

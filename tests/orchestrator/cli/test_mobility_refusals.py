@@ -1,6 +1,6 @@
-"""A topology whose nodes move runs in process, and on Docker under chaos (faults too): the commands that would run
-it with its fixed links alone (up on Docker or swarm, a compose file, chaos on swarm) refuse it, and chaos on
-Docker refuses a Pinecone reference node on a radio, exit 2, naming why and what does run it (docs/mobility.md)."""
+"""A topology whose nodes move runs in process and on Docker (``up``, ``chaos`` with faults): the commands that would
+run it with its fixed links alone (up on a swarm, a compose file, chaos on swarm) refuse it, and up and chaos on
+Docker refuse a Pinecone reference node on a radio, exit 2, naming why and what does run it (docs/mobility.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ nodes:
 @pytest.mark.parametrize(
     ("args", "what"),
     [
-        (["up", "--backend", "docker"], "not --backend docker"),
         (["up", "--backend", "swarm"], "not --backend swarm"),
         (["compose", "-o", "{tmp}/walk.yml"], "not a compose file"),
         (["chaos", "churn", "--backend", "swarm", "--topology"], "not snekbed chaos --backend swarm"),
@@ -41,18 +40,21 @@ def test_commands_that_cannot_move_nodes_refuse_them(tmp_path: Path, args: list[
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == BAD_INPUT, result.output
     assert "the topology's nodes move and are linked by radios (bluetooth)" in result.output
-    assert "snekbed up --backend inproc, snekbed chaos --backend inproc|docker" in result.output and what in result.output
+    assert "snekbed up --backend inproc|docker, snekbed chaos --backend inproc|docker" in result.output
+    assert what in result.output
     assert not (tmp_path / "runs").exists() and not (tmp_path / "walk.yml").exists()
 
 
-def test_chaos_on_docker_refuses_a_reference_node_on_a_radio(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["chaos", "churn", "--topology"], ["up"]])
+def test_docker_refuses_a_reference_node_on_a_radio(tmp_path: Path, command: list[str]) -> None:
     """Refused before any engine is asked (nothing is started, no run directory is made): its peerings could not
-    be made through snekbed's admin API. Faults with radios are taken (test_chaos_mobility_docker)."""
+    be made through snekbed's admin API. Faults with radios are taken (test_chaos_mobility_docker), and up moves
+    snekbed's nodes (test_up_moving_docker)."""
     need_module("docker", "the Docker SDK (the docker extra) for the Docker chaos backend")
     path = tmp_path / "walk.yaml"
     path.write_text(WALK.replace("{name: a, position: [0, 0]}", "{name: a, position: [0, 0], variant: pinecone}"))
-    result = CliRunner().invoke(main, ["chaos", "churn", "--backend", "docker", "--topology", str(path),
-                                       "--runs-dir", str(tmp_path / "runs")])
+    runs = str(tmp_path / "runs")
+    result = CliRunner().invoke(main, [*command, str(path), "--backend", "docker", "--runs-dir", runs])
     assert result.exit_code == BAD_INPUT, result.output
     assert "a: a host node or a Pinecone reference node cannot be on a radio on Docker" in result.output
     assert not (tmp_path / "runs").exists()
