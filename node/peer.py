@@ -22,6 +22,7 @@ node under the reasons of :data:`DROP_TYPES`.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import struct
 from collections import deque
@@ -68,6 +69,15 @@ RECV_BYTES = 65_536
 WRITE_BUDGET_BYTES = 256 * 1024  # bytes gathered into one send_all
 SLICE_FRAMES = 32  # frames handed to the node between checkpoints
 MAX_DELAY_LINE = 100_000  # frames held by userspace shaping (delay only) before dropping
+#: The delay line's release clock (docs/netem.md, "Userspace shaping"). trio's timers wake through epoll, whose
+#: timeout is whole milliseconds rounded up, and a busy host runs a woken task later still, so a frame released only
+#: once due leaves late: 0.3-1 ms a way on an idle host, a few ms on a loaded one, and every shaped link would be
+#: slower than its class asks. So the writer wakes ``lead`` before the head frame is due and releases the frames due
+#: by then; after each such timed wake ``lead`` steps towards the timer's median lateness (up when the head frame
+#: still left late, down when it left early), so that the median frame leaves when due, whatever the load.
+LEAD_START_S = 0.0005
+LEAD_STEP_S = 0.00005  # 20 timed wakes move it by a millisecond
+LEAD_MAX_S = 0.005  # never more than 5 ms early: past that the host is too busy for any delay to hold
 
 #: Why a peering's own tasks end it (:attr:`PeerConn.reason` when the node did not close it): the stream ended
 #: or failed, a deadline passed, or a frame was malformed or too long (the codec's reasons, node.core.errors).
@@ -177,6 +187,8 @@ class PeerConn:
         self.shaper = LinkShaper(link.shape, random.Random(shaper_seed)) if link.shape is not None else None
         self._shaper_seed = shaper_seed
         self._delay_line: deque[tuple[float, int, bytes]] = deque()
+        self.lead_s = LEAD_START_S  # how long before its due time the delay line wakes for a frame (see LEAD_START_S)
+        self._timed: float | None = None  # the due time of the frame the writer's last timed wake was for
         self._lot = trio.lowlevel.ParkingLot()
         self._scope = trio.CancelScope()
         self.closed = False
@@ -336,12 +348,12 @@ class PeerConn:
                 last_write = trio.current_time()
                 continue
             wake = last_write + t.keepalive_s
-            if self._delay_line:
-                wake = min(wake, self._delay_line[0][0])
+            head = self._delay_line[0][0] - self.lead_s if self._delay_line else math.inf
             if self.protocol or self.traffic:
                 continue
-            with trio.move_on_at(wake):
+            with trio.move_on_at(min(wake, head)) as timer:
                 await self._lot.park()
+            self._timed = self._delay_line[0][0] if timer.cancelled_caught and head <= wake else None
 
     def _take_plain(self, batch: list[bytes]) -> None:
         proto = self.protocol
@@ -381,9 +393,14 @@ class PeerConn:
                 self._on_drop(ftype, "link_overflow", 1)
             else:
                 line.append((verdict.deliver_at[0], ftype, data))
+        if self._timed is not None and line and line[0][0] == self._timed:  # woken by the timer for this frame
+            late = now - self._timed
+            self.lead_s = min(LEAD_MAX_S, max(0.0, self.lead_s + (LEAD_STEP_S if late > 0.0 else -LEAD_STEP_S)))
+        self._timed = None
         txf, txb = self.tx_frames, self.tx_bytes
         budget = WRITE_BUDGET_BYTES
-        while line and line[0][0] <= now and budget > 0:
+        due = now + self.lead_s
+        while line and line[0][0] <= due and budget > 0:
             _, ftype, data = line.popleft()
             batch.append(data)
             slot = _SLOT[ftype]
