@@ -101,6 +101,9 @@ class MobileDockerChaos(RadioFaults, MovementSteps, DockerChaos):
                                                      "extra": sorted(map(list, peered - made))[:10],
                                                      "loss_pct": {f"{a}--{b} {r}": ends for (a, b, r), ends
                                                                   in sorted(losses.items()) if r in lossy}}}  # fmt: skip
+        # the radio links where the nodes stopped: what `snekbed status` and `ping` of a kept run judge with the
+        # fixed links (DockerSession.radio_edges), as after `up`
+        self.run.update_meta(mobility={**self.world.meta(), "radio_links_at_end": [list(x) for x in sorted(made)]})
         if self.radio.log is not None:
             self.radio.log.close()
 

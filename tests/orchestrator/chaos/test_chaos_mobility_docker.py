@@ -94,6 +94,7 @@ def test_a_trace_replays_on_docker_as_in_process(client: object, image: str, tmp
         docker_links = trace_links(run, run.name)
         meta = json.loads((run / "meta.json").read_text())
         assert meta["mobility"]["radios"]["bluetooth"]["range_m"] == 10.0
+        assert meta["mobility"]["radio_links_at_end"] == [["a", "b", "bluetooth"], ["a", "b", "lan"], ["c", "e", "lan"]]
     finally:
         left = left_behind(client, Path(out["run_dir"]).name) if out.get("run_dir") else ""
     assert not left, left + "\n" + done.stderr[-3000:]
